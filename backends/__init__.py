@@ -1,0 +1,43 @@
+"""Backend registry: names -> adapter modules, imported lazily.
+
+Each adapter module imports its framework only inside the functions that build a trainer, so the
+launching process can ask for versions, strategies and process layouts without importing
+PyTorch, TensorFlow or JAX (which must never share a process).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    name: str
+    module: str
+    strategies: tuple[str, ...]  # the first is the default
+    packages: tuple[str, ...]  # distributions whose versions are stamped on rows
+    install_hint: str
+
+
+REGISTRY: dict[str, BackendEntry] = {
+    e.name: e
+    for e in (
+        BackendEntry("torch", "backends.torch_ddp", ("ddp",), ("torch",),
+                     "pip install torch (CPU: torch==2.13.0; see constraints/)"),
+        BackendEntry("tensorflow", "backends.tf_mirrored", ("mirrored", "fit"),
+                     ("tensorflow", "tensorflow-cpu", "keras"),
+                     "pip install tensorflow-cpu keras (GPU: tensorflow[and-cuda])"),
+        BackendEntry("jax", "backends.jax_spmd", ("sharded", "pmap"),
+                     ("jax", "jaxlib", "flax", "optax"),
+                     "pip install jax flax optax (GPU: jax[cuda12])"),
+    )
+}
+
+BACKEND_NAMES: tuple[str, ...] = tuple(REGISTRY)
+
+
+def load(name: str) -> ModuleType:
+    """Import a backend's adapter module (cheap: no framework import at module level)."""
+    return importlib.import_module(REGISTRY[name].module)

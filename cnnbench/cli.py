@@ -1,0 +1,175 @@
+"""The ``cnnbench`` command."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from backends import BACKEND_NAMES, REGISTRY
+from cnnbench import envinfo
+from cnnbench.errors import UserError
+from cnnbench.models import MODELS
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SPEC = REPO_ROOT / "experiments" / "quickstart.toml"
+DEFAULT_OUT = Path("results") / "runs.csv"
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Train the same CNN data-parallel under PyTorch, TensorFlow and JAX; "
+                       "one timing protocol, one CSV row per run.")
+
+
+def _parse_backends(values: list[str] | None) -> tuple[str, ...] | None:
+    if not values:
+        return None
+    names: list[str] = []
+    for value in values:
+        for name in value.split(","):
+            if name == "all":
+                names.extend(BACKEND_NAMES)
+            elif name in REGISTRY:
+                names.append(name)
+            else:
+                raise UserError(f"--backend: unknown backend {name!r}; expected one of "
+                                f"{', '.join(BACKEND_NAMES)} or all")
+    return tuple(dict.fromkeys(names))
+
+
+def _parse_devices(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UserError(f"--devices: expected comma-separated integers such as 1,2,4, found {text!r}") from None
+    if any(n < 1 for n in counts):
+        raise UserError(f"--devices: device counts must be >= 1, found {text!r}")
+    return counts
+
+
+SpecArg = Annotated[Optional[Path], typer.Argument(help="Experiment TOML (default: experiments/quickstart.toml).")]
+BackendOpt = Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="Backend(s) to run, or all.")]
+DevicesOpt = Annotated[Optional[str], typer.Option(help="Device counts, e.g. 1,2,4 (overrides the spec).")]
+OutOpt = Annotated[Path, typer.Option(help="Results CSV to append to.")]
+
+
+@app.command()
+def run(
+    spec: SpecArg = None,
+    backend: BackendOpt = None,
+    devices: DevicesOpt = None,
+    out: OutOpt = DEFAULT_OUT,
+    trials: Annotated[Optional[int], typer.Option(min=1, help="Trials (overrides the spec).")] = None,
+    device: Annotated[Optional[str], typer.Option(help="cpu or gpu (overrides the spec's device).")] = None,
+    hosts: Annotated[int, typer.Option(min=1, help="Hosts taking part (run this on each).")] = 1,
+    host_rank: Annotated[int, typer.Option(min=0, help="This host's rank, 0..hosts-1.")] = 0,
+    coordinator: Annotated[str, typer.Option(help="ADDR:PORT of host 0, for hosts > 1.")] = "",
+    peak_tflops: Annotated[Optional[float], typer.Option(help="Device peak TFLOP/s for the mfu column.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream worker output.")] = False,
+) -> None:
+    """Run an experiment: every backend x strategy x device count x trial, one row each."""
+    from cnnbench.execute import execute_runs, format_table
+    from cnnbench.runs import expand
+    from cnnbench.spec import load_spec
+
+    if hosts > 1 and not coordinator:
+        raise UserError("--coordinator: required with --hosts > 1 (ADDR:PORT of host 0)")
+    if host_rank >= hosts:
+        raise UserError(f"--host-rank: expected 0..{hosts - 1}, found {host_rank}")
+    if device not in (None, "cpu", "gpu"):
+        raise UserError(f"--device: expected cpu or gpu, found {device!r}")
+    parsed = load_spec(spec or DEFAULT_SPEC)
+    runs = expand(parsed, backends=_parse_backends(backend), devices=_parse_devices(devices),
+                  trials=trials, hosts=hosts, host_rank=host_rank, coordinator=coordinator,
+                  device_kind=device)
+    rows = execute_runs(runs, out, verbose=verbose, peak_tflops=peak_tflops)
+    print(format_table(rows))
+    if host_rank == 0:
+        print(f"appended {len(rows)} row(s) to {out}")
+    if any(r["status"] == "failed" for r in rows):
+        raise typer.Exit(1)
+
+
+@app.command()
+def validate(spec: Annotated[Path, typer.Argument(help="Experiment TOML.")],
+             device: Annotated[Optional[str], typer.Option(help="cpu or gpu.")] = None) -> None:
+    """Check a spec and print the runs it expands to."""
+    from cnnbench.runs import expand
+    from cnnbench.spec import load_spec
+
+    runs = expand(load_spec(spec), device_kind=device)
+    print(f"{spec}: valid, {len(runs)} run(s)")
+    for index, item in enumerate(runs, start=1):
+        print(f"  {index:3d}. {item.label}  lr={item.lr:.4g} steps={item.total_steps}")
+
+
+@app.command(name="list")
+def list_things() -> None:
+    """Models, datasets and backends (with their strategies and installed versions)."""
+    from cnnbench.data import DATASETS
+
+    print("models:")
+    for info in MODELS.values():
+        print(f"  {info.name:15s} {info.summary}")
+    print("datasets:\n  " + ", ".join(DATASETS))
+    print("backends:")
+    for entry in REGISTRY.values():
+        version = envinfo.backend_version(entry.name) or "not installed"
+        print(f"  {entry.name:11s} strategies: {', '.join(entry.strategies):16s} {version}")
+
+
+@app.command()
+def env() -> None:
+    """Frameworks installed and the devices each one sees (each asked in its own process)."""
+    print(f"python {envinfo.python_version()} on {envinfo.host_name()}, cnnbench {envinfo.git_sha() or '?'}")
+    for entry in REGISTRY.values():
+        versions = envinfo.backend_versions(entry.name)
+        if not envinfo.backend_version(entry.name):
+            print(f"{entry.name}: not installed ({entry.install_hint})")
+            continue
+        code = f"import json, {entry.module} as m; print(json.dumps(m.devices()))"
+        try:
+            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                  timeout=300, cwd=REPO_ROOT)
+            found = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
+        except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError):
+            found = None
+        listed = ", ".join(found) if found else "could not list devices"
+        print(f"{entry.name}: {', '.join(f'{k} {v}' for k, v in versions.items())}; devices: {listed}")
+
+
+def _raise_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main() -> None:
+    """Entry point: user errors become one line on stderr and exit code 2."""
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        code = app(standalone_mode=False)
+    except UserError as exc:
+        print(f"cnnbench: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("cnnbench: interrupted; workers stopped, no partial row written", file=sys.stderr)
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # click's usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(2)
+        raise
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Facts stamped on every row: framework versions, git commit, Python, host.
+
+Versions come from installed package metadata, so the launching process learns them without
+importing a framework.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import socket
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from backends import REGISTRY
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def backend_versions(backend: str) -> dict[str, str]:
+    """Installed versions of the backend's packages (missing ones left out)."""
+    found = {name: package_version(name) for name in REGISTRY[backend].packages}
+    return {name: version for name, version in found.items() if version}
+
+
+def backend_version(backend: str) -> str | None:
+    """Version of the framework itself; None when it is not installed."""
+    versions = backend_versions(backend)
+    for name in REGISTRY[backend].packages:
+        if name in versions and name != "keras":  # tensorflow's version, not keras'
+            return versions[name]
+    return None
+
+
+def stack_versions(backend: str) -> str:
+    return ";".join(f"{k}={v}" for k, v in sorted(backend_versions(backend).items()))
+
+
+@functools.cache
+def git_sha() -> str:
+    """Commit of the cnnbench checkout that runs, with -dirty when tracked files changed."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root,
+                             capture_output=True, text=True, timeout=10)
+        if sha.returncode != 0:
+            return ""
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10)
+        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def python_version() -> str:
+    return platform.python_version()
+
+
+def host_name() -> str:
+    return socket.gethostname()
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"

@@ -1,0 +1,81 @@
+"""Runs a list of runs one after another, appending each row as soon as it exists."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from backends import REGISTRY
+from cnnbench import envinfo, results
+from cnnbench.launch import launch
+from cnnbench.rows import outcome_row, skipped_row
+from cnnbench.runs import Run
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _summary(row: dict[str, Any]) -> str:
+    if row["status"] != "ok":
+        return f"{row['status']}: {row['error']}"
+    text = f"ok {row['images_per_sec']:.0f} img/s, first step {row['first_step_s']:.1f} s"
+    if row.get("test_accuracy") is not None:
+        text += f", accuracy {row['test_accuracy']:.3f}"
+    return text
+
+
+def execute_one(run: Run, *, verbose: bool = False, peak_tflops: float | None = None
+                ) -> tuple[dict[str, Any], list[dict]]:
+    """(row, per-epoch history) of one run; a missing framework gives a skipped row."""
+    if envinfo.backend_version(run.backend) is None:
+        hint = REGISTRY[run.backend].install_hint
+        return skipped_row(run, f"{run.backend} is not installed; {hint}"), []
+    outcome = launch(run, verbose=verbose)
+    if outcome.status != "ok" and not verbose:
+        for line in outcome.log_tail[-15:]:
+            _say(f"    | {line}")
+    return outcome_row(run, outcome, peak_tflops), outcome.result.get("history", [])
+
+
+def execute_runs(runs: Sequence[Run], out: Path, *, verbose: bool = False,
+                 peak_tflops: float | None = None,
+                 on_row: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Run each in turn; host 0 appends its row (and history) right after the run ends."""
+    results.check_appendable(out)
+    rows = []
+    for index, run in enumerate(runs, start=1):
+        _say(f"[{index}/{len(runs)}] {run.label} ...")
+        started = time.perf_counter()
+        row, history = execute_one(run, verbose=verbose, peak_tflops=peak_tflops)
+        if run.host_rank == 0:
+            results.append_rows(out, [row])
+            results.append_history(out, run.run_id, history)
+        rows.append(row)
+        _say(f"[{index}/{len(runs)}] {_summary(row)} ({time.perf_counter() - started:.1f} s)")
+        if on_row:
+            on_row(index, row)
+    return rows
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A plain-text table of the rows just written."""
+    columns = [("backend", "backend"), ("strategy", "strategy"), ("devices", "dev"),
+               ("device_type", "device"), ("global_batch", "batch"), ("precision", "prec"),
+               ("images_per_sec", "img/s"), ("step_time_ms_median", "step ms"),
+               ("first_step_s", "first s"), ("test_accuracy", "acc"), ("status", "status")]
+
+    def cell(row: dict[str, Any], key: str) -> str:
+        value = row.get(key)
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:.3f}" if key == "test_accuracy" else f"{value:,.1f}"
+        return str(value)
+
+    table = [[title for _, title in columns]] + [[cell(r, k) for k, _ in columns] for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
+    return "\n".join("  ".join(text.rjust(w) for text, w in zip(line, widths)) for line in table)

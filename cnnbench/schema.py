@@ -1,0 +1,122 @@
+"""The CSV row: every column's name, type, unit and meaning, in one place.
+
+The results writer, the report and the notebooks take column names from here. Column names
+carry their unit (`_s`, `_ms`, `_mb`). Bump SCHEMA_VERSION whenever a column is added, removed
+or changes meaning: the writer refuses to append rows of one version to a file of another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: type  # str, int, float or bool; empty cells are allowed for every column
+    doc: str
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("schema_version", int, "Version of this row format."),
+    Column("run_id", str, "Unique id of the run; keys the per-epoch history file."),
+    Column("timestamp_utc", str, "When the run finished, ISO 8601, UTC."),
+    Column("spec_name", str, "`name` field of the experiment spec."),
+    Column("spec_hash", str, "Hash of the spec's fixed fields (everything but the swept lists)."),
+    Column("trial", int, "Repetition index, 0-based."),
+    Column("mode", str, "train (inference modes may be added later)."),
+    Column("backend", str, "torch | tensorflow | jax."),
+    Column("backend_version", str, "Version of the backend's framework."),
+    Column("stack_versions", str, "All framework packages the worker imported, name=version;..."),
+    Column("strategy", str, "Parallel strategy: ddp | mirrored | fit | sharded | pmap."),
+    Column("sync_bn", bool, "Batch-norm statistics synchronized across devices (else per device)."),
+    Column("scaling", str, "weak (per-device batch fixed) | strong (global batch fixed)."),
+    Column("model", str, "smallcnn | resnet18_cifar | resnet50."),
+    Column("dataset", str, "digits | cifar10 | synthetic."),
+    Column("image_size", int, "Input height = width, pixels."),
+    Column("num_classes", int, "Output classes."),
+    Column("precision", str, "fp32 | bf16 | fp16 (compute dtype; parameters stay fp32)."),
+    Column("compile", bool, "torch.compile / XLA jit_compile on (JAX always jits)."),
+    Column("backend_options", str, "Backend-specific options that ran, key=value;..."),
+    Column("device_type", str, "cpu | cpu-emulated | gpu."),
+    Column("device_name", str, "Accelerator or CPU model name."),
+    Column("hosts", int, "Hosts (processes groups across machines) in the run."),
+    Column("devices", int, "Devices in the run, all hosts together."),
+    Column("per_device_batch", int, "Images per device per step."),
+    Column("global_batch", int, "Images per step, all devices."),
+    Column("lr", float, "Learning rate used: base LR x global_batch / 256."),
+    Column("epochs", int, "Epochs trained (0 for synthetic data)."),
+    Column("steps", int, "Training steps run, in total."),
+    Column("first_step_s", float, "Wall time of the first step alone: tracing/compilation + run, s."),
+    Column("warmup_steps", int, "Steps after the first one, run and discarded."),
+    Column("windows", int, "Timed windows."),
+    Column("window_steps", int, "Steps per timed window."),
+    Column("step_time_ms_median", float, "Median over windows of (window time / steps), ms."),
+    Column("step_time_ms_p10", float, "10th percentile of the per-window step time, ms."),
+    Column("step_time_ms_p90", float, "90th percentile of the per-window step time, ms."),
+    Column("images_per_sec", float, "global_batch / median step time: all devices, all hosts."),
+    Column("images_per_sec_per_device", float, "images_per_sec / devices."),
+    Column("gflops_per_image", float, "Analytical forward GFLOP per image (2 x multiply-adds)."),
+    Column("mfu", float, "Model FLOP utilisation: 3 x forward FLOPs x img/s / device peak."),
+    Column("peak_memory_mb", float, "Peak device memory of device 0, MiB (CPU: worker peak RSS)."),
+    Column("params", int, "Trainable parameters."),
+    Column("train_loss_final", float, "Mean training loss over the last epoch (or last steps)."),
+    Column("test_loss", float, "Test loss after the last epoch (empty for synthetic data)."),
+    Column("test_accuracy", float, "Test accuracy after the last epoch (empty for synthetic)."),
+    Column("target_accuracy", float, "Accuracy target of the spec."),
+    Column("time_to_accuracy_s", float, "Training wall time until test accuracy first >= target, s."),
+    Column("train_wall_s", float, "Wall time of all training steps (evaluation excluded), s."),
+    Column("seed", int, "Seed for initialisation, data order and synthetic data."),
+    Column("status", str, "ok | failed | skipped."),
+    Column("error", str, "Why a run failed or was skipped (one line)."),
+    Column("git_sha", str, "Commit of cnnbench that ran (suffix -dirty if modified)."),
+    Column("python", str, "Python version of the worker."),
+    Column("host", str, "Host name of the launching process."),
+)
+
+COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
+_BY_NAME = {c.name: c for c in COLUMNS}
+
+STATUS_OK, STATUS_FAILED, STATUS_SKIPPED = "ok", "failed", "skipped"
+
+# The key that identifies "the same configuration" for resuming sweeps and aggregating trials.
+CONFIG_KEY: tuple[str, ...] = (
+    "spec_hash", "backend", "strategy", "scaling", "devices", "per_device_batch",
+    "precision", "device_type",
+)
+
+
+def column(name: str) -> Column:
+    return _BY_NAME[name]
+
+
+def format_cell(name: str, value: Any) -> str:
+    """Render one value for the CSV: empty for None, fixed formats for numbers."""
+    if value is None:
+        return ""
+    kind = _BY_NAME[name].kind
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is float:
+        return f"{float(value):.6g}"
+    if kind is int:
+        return str(int(value))
+    # One line only: newlines in error text would break naive readers.
+    return " ".join(str(value).split())
+
+
+def parse_cell(name: str, text: str) -> Any:
+    """Inverse of format_cell; unknown columns stay strings."""
+    if text == "":
+        return None
+    kind = _BY_NAME[name].kind if name in _BY_NAME else str
+    if kind is bool:
+        return text == "true"
+    if kind is int:
+        return int(float(text))
+    if kind is float:
+        return float(text)
+    return text

@@ -1,0 +1,276 @@
+"""Experiment specs: TOML -> validated, frozen objects -> the list of runs they expand to.
+
+Every error names the file and the field, says what was expected and what was found, and is
+raised as :class:`~cnnbench.errors.SpecError` (the CLI turns it into one line and exit code 2).
+Fields that sweep take a scalar or a list; the spec expands into the product
+backends x strategies x scaling x batch x precision x devices x trials.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from backends import BACKEND_NAMES, REGISTRY
+from cnnbench import data as data_sources
+from cnnbench.errors import DataError, SpecError
+from cnnbench.models import MODELS
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+SCALINGS = ("weak", "strong")
+DEVICE_KINDS = ("auto", "cpu", "gpu")
+SCHEDULES = ("constant", "cosine")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _f(default: Any, doc: str, **checks: Any) -> Any:
+    """A spec field: its default, a docstring for users, and checks (choices, min, max)."""
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("mutable default")
+    return field(default=default, metadata={"doc": doc, **checks})
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """SGD with momentum, identical in every backend (coupled L2 weight decay, PyTorch's form)."""
+
+    lr: float = _f(0.1, "Base learning rate at global batch 256; scaled by global_batch / 256.", min=0.0)
+    momentum: float = _f(0.9, "Momentum (0 disables it).", min=0.0, max=1.0)
+    weight_decay: float = _f(5e-5, "L2 weight decay added to the gradient of every parameter.", min=0.0)
+    nesterov: bool = _f(False, "Nesterov momentum.")
+    schedule: str = _f("constant", "Learning-rate schedule after warm-up.", choices=SCHEDULES)
+    warmup_epochs: float = _f(0.0, "Linear warm-up length in epochs (real data only).", min=0.0)
+
+
+@dataclass(frozen=True)
+class TimingSpec:
+    """The timing protocol: first step alone, warm-up discarded, then timed windows."""
+
+    warmup_steps: int = _f(5, "Steps after the first one that are run and discarded.", min=0)
+    windows: int = _f(5, "Number of timed windows.", min=1)
+    window_steps: int = _f(10, "Steps in each timed window.", min=1)
+
+
+@dataclass(frozen=True)
+class TorchOptions:
+    """PyTorch backend options."""
+
+    strategies: tuple[str, ...] = _f(("ddp",), "Strategies to run.", choices=REGISTRY["torch"].strategies)
+    compile_mode: str = _f("default", "torch.compile mode when `compile = true`.", choices=COMPILE_MODES)
+    channels_last: bool = _f(False, "Use the channels_last memory format for model and inputs.")
+    num_workers: int = _f(0, "DataLoader worker processes (real data).", min=0)
+    pin_memory: bool = _f(False, "DataLoader pin_memory (GPU).")
+    persistent_workers: bool = _f(False, "Keep DataLoader workers alive between epochs.")
+    prefetch_factor: int = _f(2, "Batches prefetched per DataLoader worker.", min=1)
+    bucket_cap_mb: int = _f(25, "DDP gradient bucket size, MiB.", min=1)
+
+
+@dataclass(frozen=True)
+class TensorflowOptions:
+    """TensorFlow/Keras backend options."""
+
+    strategies: tuple[str, ...] = _f(("mirrored",), "mirrored: custom step under strategy.run; fit: model.fit.",
+                                     choices=REGISTRY["tensorflow"].strategies)
+
+
+@dataclass(frozen=True)
+class JaxOptions:
+    """JAX/Flax backend options."""
+
+    strategies: tuple[str, ...] = _f(("sharded",), "sharded: jit over a device mesh; pmap: jax.pmap.",
+                                     choices=REGISTRY["jax"].strategies)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One experiment: a model, a dataset, and the axes to sweep."""
+
+    name: str = _f(None, "Experiment name, stamped on every row.")
+    model: str = _f(None, "Network to train.", choices=tuple(MODELS))
+    dataset: str = _f(None, "Data source.", choices=data_sources.DATASETS)
+    data_path: str = _f("", "Folder of a file dataset (cifar10); default $CNNBENCH_DATA/cifar10.")
+    image_size: int = _f(0, "Image height = width (synthetic only; real datasets fix it).", min=0)
+    channels: int = _f(0, "Image channels (synthetic only).", min=0)
+    num_classes: int = _f(0, "Classes (synthetic only; real datasets fix it).", min=0)
+    synthetic_size: int = _f(0, "Synthetic images generated (default: one global batch).", min=0)
+    backends: tuple[str, ...] = _f(BACKEND_NAMES, "Backends to run, or \"all\".", choices=BACKEND_NAMES)
+    devices: tuple[int, ...] = _f((1,), "Device counts to run, all hosts together.", min=1)
+    device: str = _f("auto", "auto (GPUs if present), cpu (emulated devices) or gpu.", choices=DEVICE_KINDS)
+    scaling: tuple[str, ...] = _f(("weak",), "weak: per_device_batch fixed; strong: global_batch fixed.",
+                                  choices=SCALINGS)
+    per_device_batch: tuple[int, ...] = _f((), "Per-device batch sizes (weak scaling).", min=1)
+    global_batch: tuple[int, ...] = _f((), "Global batch sizes (strong scaling).", min=1)
+    precision: tuple[str, ...] = _f(("fp32",), "Compute precision(s).", choices=PRECISIONS)
+    compile: bool = _f(False, "torch.compile / XLA jit_compile (JAX always jits).")
+    sync_bn: bool = _f(False, "Synchronize batch-norm statistics across devices.")
+    epochs: int = _f(1, "Epochs over the training set (real data).", min=1)
+    steps: int = _f(0, "Total steps (synthetic data; default: what the timing protocol needs).", min=0)
+    trials: int = _f(1, "Repetitions of every run.", min=1)
+    seed: int = _f(0, "Seed for initialisation, data order and synthetic data.", min=0)
+    target_accuracy: float = _f(0.0, "Test accuracy for time_to_accuracy_s (0: none).", min=0.0, max=1.0)
+    timeout_s: float = _f(1800.0, "Wall-clock limit of one run; the process tree is killed after it.", min=1.0)
+    optimizer: OptimizerSpec = _f(OptimizerSpec(), "Optimizer settings.")
+    timing: TimingSpec = _f(TimingSpec(), "Timing protocol settings.")
+    torch: TorchOptions = _f(TorchOptions(), "PyTorch options.")
+    tensorflow: TensorflowOptions = _f(TensorflowOptions(), "TensorFlow options.")
+    jax: JaxOptions = _f(JaxOptions(), "JAX options.")
+    source: str = field(default="<spec>", metadata={"internal": True})
+
+    def backend_options(self, backend: str) -> Any:
+        return getattr(self, backend)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing: TOML table -> dataclass, with one precise message per problem.
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list",
+            dict: "table"}.get(type(value), type(value).__name__)
+
+
+def _check_scalar(kind: type, value: Any, source: str, path: str, meta: dict) -> Any:
+    expected = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}[kind]
+    ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value, ok = float(value), True
+    if not ok:
+        raise SpecError(source, path, f"expected {expected}, found {_type_name(value)} {value!r}")
+    if "choices" in meta and value not in meta["choices"]:
+        raise SpecError(source, path, f"expected one of {', '.join(map(str, meta['choices']))}, found {value!r}")
+    if "min" in meta and value < meta["min"]:
+        raise SpecError(source, path, f"expected a value >= {meta['min']}, found {value!r}")
+    if "max" in meta and value > meta["max"]:
+        raise SpecError(source, path, f"expected a value <= {meta['max']}, found {value!r}")
+    return value
+
+
+def _parse_table(cls: type, table: dict, source: str, prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
+    unknown = sorted(set(table) - set(fields))
+    if unknown:
+        raise SpecError(source, prefix + unknown[0],
+                        f"unknown field; expected one of {', '.join(sorted(fields))}")
+    values = {}
+    for name, value in table.items():
+        path, meta, hint = prefix + name, fields[name].metadata, hints[name]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                raise SpecError(source, path, f"expected a table [{path}], found {_type_name(value)}")
+            values[name] = _parse_table(hint, value, source, path + ".")
+        elif typing.get_origin(hint) is tuple:
+            kind = typing.get_args(hint)[0]
+            if kind is str and name == "backends" and value == "all":
+                value = list(BACKEND_NAMES)
+            items = value if isinstance(value, list) else [value]
+            if not items:
+                raise SpecError(source, path, "expected at least one value, found an empty list")
+            parsed = [_check_scalar(kind, v, source, f"{path}[{i}]" if isinstance(value, list) else path, meta)
+                      for i, v in enumerate(items)]
+            if len(set(parsed)) != len(parsed):
+                raise SpecError(source, path, f"values repeat: {parsed}")
+            values[name] = tuple(parsed)
+        else:
+            values[name] = _check_scalar(hint, value, source, path, meta)
+    missing = [n for n, f in fields.items() if f.default is None and n not in values]
+    if missing:
+        raise SpecError(source, prefix + missing[0], "required field is missing")
+    return cls(**values)
+
+
+def parse_spec_text(text: str, source: str = "<spec>") -> Spec:
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(source, None, f"not valid TOML: {exc}") from None
+    if not table:
+        raise SpecError(source, None, "empty spec: expected at least name, model and dataset")
+    spec = _parse_table(Spec, table, source)
+    spec = dataclasses.replace(spec, source=source)
+    _check_consistency(spec)
+    return spec
+
+
+def load_spec(path: str | Path) -> Spec:
+    path = Path(path)
+    if not path.exists():
+        raise SpecError(str(path), None, "no such file")
+    if path.is_dir():
+        raise SpecError(str(path), None, "is a directory, expected a TOML file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(str(path), None, f"cannot be read: {exc}") from None
+    return parse_spec_text(text, str(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Cross-field checks and expansion into runs.
+
+
+def dataset_info_for(spec: Spec) -> data_sources.DatasetInfo:
+    model = MODELS[spec.model]
+    try:
+        return data_sources.dataset_info(
+            spec.dataset, spec.data_path or None,
+            image_size=spec.image_size or model.default_image_size,
+            channels=spec.channels or model.default_channels,
+            num_classes=spec.num_classes or model.default_classes,
+            synthetic_size=spec.synthetic_size,
+        )
+    except DataError as exc:
+        raise SpecError(spec.source, "data_path", str(exc)) from None
+
+
+def _check_consistency(spec: Spec) -> None:
+    src = spec.source
+    if spec.dataset != "synthetic":
+        for name in ("image_size", "channels", "num_classes", "synthetic_size"):
+            if getattr(spec, name):
+                raise SpecError(src, name, f"only for dataset synthetic; {spec.dataset} fixes it")
+        if spec.steps:
+            raise SpecError(src, "steps", f"only for dataset synthetic; {spec.dataset} trains for `epochs`")
+    if spec.dataset != "cifar10" and spec.data_path:
+        raise SpecError(src, "data_path", f"only for file datasets (cifar10), found dataset {spec.dataset}")
+    if "weak" in spec.scaling and not spec.per_device_batch:
+        raise SpecError(src, "per_device_batch", "required for weak scaling")
+    if "strong" in spec.scaling and not spec.global_batch:
+        raise SpecError(src, "global_batch", "required for strong scaling")
+    if "weak" not in spec.scaling and spec.per_device_batch:
+        raise SpecError(src, "per_device_batch", "only for weak scaling; strong scaling uses global_batch")
+    if "strong" not in spec.scaling and spec.global_batch:
+        raise SpecError(src, "global_batch", "only for strong scaling; weak scaling uses per_device_batch")
+    model = MODELS[spec.model]
+    info = dataset_info_for(spec) if spec.dataset != "cifar10" else None
+    image = info.image_size if info else 32
+    if image < model.min_image_size or image % model.image_multiple:
+        raise SpecError(src, "image_size" if spec.dataset == "synthetic" else "model",
+                        f"model {spec.model} needs an image size >= {model.min_image_size} and a multiple "
+                        f"of {model.image_multiple}; dataset {spec.dataset} has {image}")
+    if spec.sync_bn and not model.has_batchnorm:
+        raise SpecError(src, "sync_bn", f"model {spec.model} has no batch norm")
+    for strong_batch in spec.global_batch if "strong" in spec.scaling else ():
+        for n in spec.devices:
+            if strong_batch % n:
+                raise SpecError(src, "global_batch",
+                                f"strong scaling splits global_batch {strong_batch} over {n} devices: "
+                                f"{strong_batch} is not divisible by {n}")
+
+
+def spec_hash(spec: Spec) -> str:
+    """Hash of the fields that fix what one run computes; the swept lists are left out, so a
+    sweep that gains a device count or a trial still recognises the runs it already has."""
+    swept = {"name", "backends", "devices", "scaling", "per_device_batch", "global_batch",
+             "precision", "trials", "timeout_s", "source"}
+    fixed = {k: v for k, v in dataclasses.asdict(spec).items() if k not in swept}
+    for backend in BACKEND_NAMES:  # the strategies list is swept too
+        fixed[backend] = {k: v for k, v in fixed[backend].items() if k != "strategies"}
+    return hashlib.sha256(json.dumps(fixed, sort_keys=True, default=list).encode()).hexdigest()[:12]
