@@ -12,9 +12,16 @@ import keras
 import numpy as np
 from keras import layers
 
-from cnnbench.layout import group_by_layer, neutral_layout
-from cnnbench.models import (BN_EPSILON, BN_MOMENTUM, BOTTLENECK_EXPANSION, RESNET18_BLOCKS,
-                             RESNET50_BLOCKS, RESNET_WIDTHS, smallcnn_dims)
+from cnnbench.layout import flatten_shape, group_by_layer, hwio_to_neutral, neutral_layout, neutral_to_hwio
+from cnnbench.models import (
+    BN_EPSILON,
+    BN_MOMENTUM,
+    BOTTLENECK_EXPANSION,
+    RESNET18_BLOCKS,
+    RESNET50_BLOCKS,
+    RESNET_WIDTHS,
+    smallcnn_dims,
+)
 
 
 def conv_init() -> keras.initializers.Initializer:
@@ -106,54 +113,22 @@ def build_model(name: str, image_size: int, channels: int, num_classes: int,
 
 # -- neutral weights <-> Keras ------------------------------------------------------------------
 
-def _to_neutral(value: np.ndarray, flatten_hwc: tuple | None) -> np.ndarray:
-    if value.ndim == 4:  # conv kernel HWIO -> OIHW
-        return value.transpose(3, 2, 0, 1)
-    if value.ndim == 2:  # dense (in, out) -> (out, in)
-        if flatten_hwc:  # smallcnn fc1: rows in (H, W, C) order -> (C, H, W)
-            h, w, c = flatten_hwc
-            value = value.reshape(h, w, c, -1).transpose(2, 0, 1, 3).reshape(h * w * c, -1)
-        return value.T
-    return value
-
-
-def _from_neutral(value: np.ndarray, flatten_hwc: tuple | None) -> np.ndarray:
-    if value.ndim == 4:
-        return value.transpose(2, 3, 1, 0)
-    if value.ndim == 2:
-        value = value.T
-        if flatten_hwc:
-            h, w, c = flatten_hwc
-            value = value.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(h * w * c, -1)
-        return value
-    return value
-
-
-def _flatten_shape(model: keras.Model, layer_name: str) -> tuple | None:
-    if model.name == "smallcnn" and layer_name == "fc1":
-        size = model.input_shape[1] // 4
-        return (size, size, model.get_layer("conv2").filters)
-    return None
-
 
 def get_neutral_weights(model: keras.Model, num_classes: int) -> dict[str, np.ndarray]:
     size, channels = model.input_shape[1], model.input_shape[3]
-    layout = neutral_layout(model.name, size, channels, num_classes)
     out: dict[str, np.ndarray] = {}
-    for layer_name, suffixes in group_by_layer(layout).items():
-        values = [np.asarray(keras.ops.convert_to_numpy(v), np.float32)
-                  for v in model.get_layer(layer_name).weights]
+    for layer_name, suffixes in group_by_layer(neutral_layout(model.name, size, channels, num_classes)).items():
+        flatten = flatten_shape(model.name, layer_name, size)
         # Keras keeps (kernel, bias) and (gamma, beta, moving_mean, moving_variance): the neutral order.
-        for suffix, value in zip(suffixes, values):
-            out[f"{layer_name}.{suffix}"] = _to_neutral(value, _flatten_shape(model, layer_name))
+        for suffix, variable in zip(suffixes, model.get_layer(layer_name).weights):
+            value = np.asarray(keras.ops.convert_to_numpy(variable), np.float32)
+            out[f"{layer_name}.{suffix}"] = hwio_to_neutral(value, flatten)
     return out
 
 
 def set_neutral_weights(model: keras.Model, weights: dict[str, np.ndarray], num_classes: int) -> None:
     size, channels = model.input_shape[1], model.input_shape[3]
-    layout = neutral_layout(model.name, size, channels, num_classes)
-    for layer_name, suffixes in group_by_layer(layout).items():
-        layer = model.get_layer(layer_name)
-        flatten = _flatten_shape(model, layer_name)
-        for variable, suffix in zip(layer.weights, suffixes):
-            variable.assign(_from_neutral(np.asarray(weights[f"{layer_name}.{suffix}"]), flatten))
+    for layer_name, suffixes in group_by_layer(neutral_layout(model.name, size, channels, num_classes)).items():
+        flatten = flatten_shape(model.name, layer_name, size)
+        for suffix, variable in zip(suffixes, model.get_layer(layer_name).weights):
+            variable.assign(neutral_to_hwio(np.asarray(weights[f"{layer_name}.{suffix}"]), flatten))

@@ -11,8 +11,15 @@ import math
 import torch
 from torch import nn
 
-from cnnbench.models import (BN_EPSILON, BN_MOMENTUM, BOTTLENECK_EXPANSION, RESNET18_BLOCKS,
-                             RESNET50_BLOCKS, RESNET_WIDTHS, smallcnn_dims)
+from cnnbench.models import (
+    BN_EPSILON,
+    BN_MOMENTUM,
+    BOTTLENECK_EXPANSION,
+    RESNET18_BLOCKS,
+    RESNET50_BLOCKS,
+    RESNET_WIDTHS,
+    smallcnn_dims,
+)
 
 
 def _bn(channels: int) -> nn.BatchNorm2d:

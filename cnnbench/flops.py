@@ -7,8 +7,13 @@ well under 1%). Training is taken as 3x forward (backward = 2x forward).
 
 from __future__ import annotations
 
-from cnnbench.models import (BOTTLENECK_EXPANSION, RESNET18_BLOCKS, RESNET50_BLOCKS, RESNET_WIDTHS,
-                             smallcnn_dims)
+from cnnbench.models import (
+    BOTTLENECK_EXPANSION,
+    RESNET18_BLOCKS,
+    RESNET50_BLOCKS,
+    RESNET_WIDTHS,
+    smallcnn_dims,
+)
 
 TRAIN_FLOPS_PER_FORWARD = 3.0
 

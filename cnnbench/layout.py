@@ -8,8 +8,13 @@ lists its weights in this order.
 
 from __future__ import annotations
 
-from cnnbench.models import (BOTTLENECK_EXPANSION, RESNET18_BLOCKS, RESNET50_BLOCKS, RESNET_WIDTHS,
-                             smallcnn_dims)
+from cnnbench.models import (
+    BOTTLENECK_EXPANSION,
+    RESNET18_BLOCKS,
+    RESNET50_BLOCKS,
+    RESNET_WIDTHS,
+    smallcnn_dims,
+)
 
 Shape = tuple[int, ...]
 BN_SUFFIXES = ("weight", "bias", "running_mean", "running_var")
@@ -71,3 +76,38 @@ def group_by_layer(layout: list[tuple[str, Shape]]) -> dict[str, list[str]]:
         layer, suffix = name.rsplit(".", 1)
         layers.setdefault(layer, []).append(suffix)
     return layers
+
+
+# -- channels-last frameworks (Keras, Flax): kernels HWIO, dense (in, out), flatten in (H, W, C) --
+
+def hwio_to_neutral(value, flatten_hwc: tuple[int, int, int] | None = None):
+    """A channels-last framework's tensor -> the neutral orientation."""
+    if value.ndim == 4:  # conv kernel HWIO -> OIHW
+        return value.transpose(3, 2, 0, 1)
+    if value.ndim == 2:  # dense (in, out) -> (out, in)
+        if flatten_hwc:  # rows of a dense layer after a flatten: (H, W, C) order -> (C, H, W)
+            h, w, c = flatten_hwc
+            value = value.reshape(h, w, c, -1).transpose(2, 0, 1, 3).reshape(h * w * c, -1)
+        return value.T
+    return value
+
+
+def neutral_to_hwio(value, flatten_hwc: tuple[int, int, int] | None = None):
+    """Inverse of :func:`hwio_to_neutral`."""
+    if value.ndim == 4:
+        return value.transpose(2, 3, 1, 0)
+    if value.ndim == 2:
+        value = value.T
+        if flatten_hwc:
+            h, w, c = flatten_hwc
+            value = value.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(h * w * c, -1)
+        return value
+    return value
+
+
+def flatten_shape(model: str, layer: str, image_size: int) -> tuple[int, int, int] | None:
+    """(H, W, C) of the features a dense layer reads after a flatten (smallcnn's fc1), else None."""
+    if model == "smallcnn" and layer == "fc1":
+        size = image_size // 4
+        return (size, size, smallcnn_dims(image_size, 1, 1)["conv2"])
+    return None

@@ -12,7 +12,6 @@ import dataclasses
 import hashlib
 import json
 import tomllib
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path

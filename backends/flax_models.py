@@ -1,0 +1,132 @@
+"""The three networks in Flax (linen), NHWC, with flat module names equal to the neutral layer names.
+
+Batch norm is a small module of our own because the ``sharded`` strategy needs *local* statistics
+per device while the whole step is one jitted SPMD program: it computes statistics over
+``groups`` equal slices of the batch (one per device; XLA keeps each slice's reduction on its
+device), or, under ``pmap``, over the named axis when statistics are synchronized. With
+groups = 1 and no axis it is ordinary batch norm (flax.linen.BatchNorm's arithmetic: float32
+statistics, biased variance for the running estimate).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from cnnbench.models import (
+    BN_EPSILON,
+    BN_MOMENTUM,
+    BOTTLENECK_EXPANSION,
+    RESNET18_BLOCKS,
+    RESNET50_BLOCKS,
+    RESNET_WIDTHS,
+    smallcnn_dims,
+)
+
+conv_init = jax.nn.initializers.variance_scaling(2.0, "fan_out", "normal")  # untruncated He fan-out
+dense_init = jax.nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")  # U(+-1/sqrt(fan_in))
+
+
+class BatchNorm(nn.Module):
+    groups: int = 1
+    axis_name: str | None = None
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array, train: bool) -> jax.Array:
+        channels = x.shape[-1]
+        scale = self.param("scale", nn.initializers.ones, (channels,), jnp.float32)
+        bias = self.param("bias", nn.initializers.zeros, (channels,), jnp.float32)
+        running_mean = self.variable("batch_stats", "mean", jnp.zeros, (channels,), jnp.float32)
+        running_var = self.variable("batch_stats", "var", jnp.ones, (channels,), jnp.float32)
+        if not train:
+            inv = scale * jax.lax.rsqrt(running_var.value + BN_EPSILON)
+            return (x * inv.astype(self.dtype) + (bias - running_mean.value * inv).astype(self.dtype))
+        grouped = x.reshape((self.groups, -1) + x.shape[1:]).astype(jnp.float32)
+        mean = grouped.mean(axis=(1, 2, 3))
+        mean_sq = jnp.square(grouped).mean(axis=(1, 2, 3))
+        if self.axis_name:
+            mean, mean_sq = jax.lax.pmean((mean, mean_sq), self.axis_name)
+        var = jnp.maximum(mean_sq - jnp.square(mean), 0.0)
+        if not self.is_initializing():
+            running_mean.value = (1 - BN_MOMENTUM) * running_mean.value + BN_MOMENTUM * mean.mean(0)
+            running_var.value = (1 - BN_MOMENTUM) * running_var.value + BN_MOMENTUM * var.mean(0)
+        inv = scale * jax.lax.rsqrt(var + BN_EPSILON)  # (groups, C)
+        shift = bias - mean * inv
+        y = grouped * inv[:, None, None, None, :] + shift[:, None, None, None, :]
+        return y.reshape(x.shape).astype(self.dtype)
+
+
+class SmallCNN(nn.Module):
+    num_classes: int
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+        d = smallcnn_dims(x.shape[1], x.shape[-1], self.num_classes)
+        conv = {"kernel_size": (3, 3), "padding": ((1, 1), (1, 1)), "kernel_init": conv_init, "dtype": self.dtype}
+        x = nn.max_pool(nn.relu(nn.Conv(d["conv1"], name="conv1", **conv)(x.astype(self.dtype))), (2, 2), (2, 2))
+        x = nn.max_pool(nn.relu(nn.Conv(d["conv2"], name="conv2", **conv)(x)), (2, 2), (2, 2))
+        x = x.reshape(x.shape[0], -1)  # (H, W, C) order; converted to (C, H, W) in the weights
+        x = nn.relu(nn.Dense(d["hidden"], name="fc1", kernel_init=dense_init, dtype=self.dtype)(x))
+        return nn.Dense(self.num_classes, name="fc2", kernel_init=dense_init, dtype=self.dtype)(x).astype(jnp.float32)
+
+
+class ResNet(nn.Module):
+    num_classes: int
+    bottleneck: bool
+    bn_groups: int = 1
+    bn_axis: str | None = None
+    dtype: Any = jnp.float32
+
+    def _conv(self, x, features: int, k: int, stride: int, name: str):
+        pad = k // 2
+        return nn.Conv(features, (k, k), (stride, stride), padding=((pad, pad), (pad, pad)),
+                       use_bias=False, kernel_init=conv_init, dtype=self.dtype, name=name)(x)
+
+    def _bn(self, x, name: str, train: bool):
+        return BatchNorm(self.bn_groups, self.bn_axis, self.dtype, name=name)(x, train)
+
+    def _block(self, x, cin: int, width: int, stride: int, name: str, train: bool):
+        cout = width * (BOTTLENECK_EXPANSION if self.bottleneck else 1)
+        shortcut = x
+        if stride != 1 or cin != cout:
+            shortcut = self._bn(self._conv(x, cout, 1, stride, f"{name}.downsample.0"), f"{name}.downsample.1", train)
+        if self.bottleneck:
+            out = nn.relu(self._bn(self._conv(x, width, 1, 1, f"{name}.conv1"), f"{name}.bn1", train))
+            out = nn.relu(self._bn(self._conv(out, width, 3, stride, f"{name}.conv2"), f"{name}.bn2", train))
+            out = self._bn(self._conv(out, cout, 1, 1, f"{name}.conv3"), f"{name}.bn3", train)
+        else:
+            out = nn.relu(self._bn(self._conv(x, width, 3, stride, f"{name}.conv1"), f"{name}.bn1", train))
+            out = self._bn(self._conv(out, width, 3, 1, f"{name}.conv2"), f"{name}.bn2", train)
+        return nn.relu(out + shortcut)
+
+    @nn.compact
+    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+        x = x.astype(self.dtype)
+        if self.bottleneck:
+            x = nn.relu(self._bn(self._conv(x, 64, 7, 2, "conv1"), "bn1", train))
+            x = nn.max_pool(x, (3, 3), (2, 2), padding=((1, 1), (1, 1)))
+        else:
+            x = nn.relu(self._bn(self._conv(x, 64, 3, 1, "conv1"), "bn1", train))
+        cin = 64
+        for stage, (count, width) in enumerate(zip(RESNET50_BLOCKS if self.bottleneck else RESNET18_BLOCKS,
+                                                   RESNET_WIDTHS), start=1):
+            for index in range(count):
+                stride = 2 if stage > 1 and index == 0 else 1
+                x = self._block(x, cin, width, stride, f"layer{stage}.{index}", train)
+                cin = width * (BOTTLENECK_EXPANSION if self.bottleneck else 1)
+        x = x.mean(axis=(1, 2))
+        return nn.Dense(self.num_classes, name="fc", kernel_init=dense_init, dtype=self.dtype)(x).astype(jnp.float32)
+
+
+def build_model(name: str, num_classes: int, dtype: Any = jnp.float32, bn_groups: int = 1,
+                bn_axis: str | None = None) -> nn.Module:
+    if name == "smallcnn":
+        return SmallCNN(num_classes, dtype)
+    if name in ("resnet18_cifar", "resnet50"):
+        return ResNet(num_classes, name == "resnet50", bn_groups, bn_axis, dtype)
+    raise ValueError(f"unknown model {name!r}")
