@@ -15,7 +15,9 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from cnnbench.layout import flatten_shape, group_by_layer, hwio_to_neutral, neutral_layout, neutral_to_hwio
 from cnnbench.models import (
     BN_EPSILON,
     BN_MOMENTUM,
@@ -130,3 +132,41 @@ def build_model(name: str, num_classes: int, dtype: Any = jnp.float32, bn_groups
     if name in ("resnet18_cifar", "resnet50"):
         return ResNet(num_classes, name == "resnet50", bn_groups, bn_axis, dtype)
     raise ValueError(f"unknown model {name!r}")
+
+
+# -- neutral weights <-> Flax variables ------------------------------------------------------------
+
+_BN_LEAVES = {"weight": ("params", "scale"), "bias": ("params", "bias"),
+              "running_mean": ("batch_stats", "mean"), "running_var": ("batch_stats", "var")}
+
+
+def _leaf(suffix: str, is_bn: bool) -> tuple[str, str]:
+    if is_bn:
+        return _BN_LEAVES[suffix]
+    return "params", "kernel" if suffix == "weight" else "bias"
+
+
+def state_to_neutral(params: Any, batch_stats: Any, model: str, image_size: int, channels: int,
+                     num_classes: int) -> dict[str, np.ndarray]:
+    trees = {"params": params, "batch_stats": batch_stats}
+    out = {}
+    for layer, suffixes in group_by_layer(neutral_layout(model, image_size, channels, num_classes)).items():
+        is_bn = "running_mean" in suffixes
+        for suffix in suffixes:
+            collection, leaf = _leaf(suffix, is_bn)
+            value = np.asarray(trees[collection][layer][leaf], np.float32)
+            out[f"{layer}.{suffix}"] = hwio_to_neutral(value, flatten_shape(model, layer, image_size))
+    return out
+
+
+def neutral_to_state(weights: dict[str, np.ndarray], model: str, image_size: int, channels: int,
+                     num_classes: int) -> tuple[dict, dict]:
+    trees: dict[str, dict] = {"params": {}, "batch_stats": {}}
+    for layer, suffixes in group_by_layer(neutral_layout(model, image_size, channels, num_classes)).items():
+        is_bn = "running_mean" in suffixes
+        for suffix in suffixes:
+            collection, leaf = _leaf(suffix, is_bn)
+            value = neutral_to_hwio(np.asarray(weights[f"{layer}.{suffix}"], np.float32),
+                                    flatten_shape(model, layer, image_size))
+            trees[collection].setdefault(layer, {})[leaf] = value
+    return trees["params"], trees["batch_stats"]

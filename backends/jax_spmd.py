@@ -23,13 +23,10 @@ import numpy as np
 
 from cnnbench import envinfo
 from cnnbench.launch import Layout
-from cnnbench.layout import flatten_shape, group_by_layer, hwio_to_neutral, neutral_layout, neutral_to_hwio
 from cnnbench.runs import Run
 from cnnbench.trainer import BuildContext
 
 AXIS = "data"
-BN_NAMES = {"weight": ("params", "scale"), "bias": ("params", "bias"),
-            "running_mean": ("batch_stats", "mean"), "running_var": ("batch_stats", "var")}
 
 
 def version() -> str | None:
@@ -236,34 +233,19 @@ class JaxTrainer:
         return int(sum(np.prod(a.shape) for a in self.jax.tree.leaves(self._single_state()["params"])))
 
     def get_weights(self) -> dict[str, np.ndarray]:
+        from backends.flax_models import state_to_neutral
+
         state, run = self._single_state(), self.run
-        layout = neutral_layout(run.model, run.image_size, run.channels, run.num_classes)
-        out = {}
-        for layer, suffixes in group_by_layer(layout).items():
-            flatten = flatten_shape(run.model, layer, run.image_size)
-            for suffix in suffixes:
-                collection, leaf = BN_NAMES[suffix] if layer_is_bn(state, layer) else (
-                    "params", "kernel" if suffix == "weight" else "bias")
-                value = np.asarray(state[collection][layer][leaf], np.float32)
-                out[f"{layer}.{suffix}"] = hwio_to_neutral(value, flatten)
-        return out
+        return state_to_neutral(state["params"], state["batch_stats"], run.model, run.image_size,
+                                run.channels, run.num_classes)
 
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        jax, run = self.jax, self.run
-        state = jax.tree.map(np.asarray, self._single_state())
-        layout = neutral_layout(run.model, run.image_size, run.channels, run.num_classes)
-        for layer, suffixes in group_by_layer(layout).items():
-            flatten = flatten_shape(run.model, layer, run.image_size)
-            for suffix in suffixes:
-                collection, leaf = BN_NAMES[suffix] if layer_is_bn(state, layer) else (
-                    "params", "kernel" if suffix == "weight" else "bias")
-                state[collection][layer][leaf] = neutral_to_hwio(np.asarray(weights[f"{layer}.{suffix}"],
-                                                                            np.float32), flatten)
-        state["opt_state"] = self.tx.init(state["params"])
-        if self.pmap:
-            self.state = self._replicate(state)
-        else:
-            self.state = jax.device_put(state, self.replicated)
+        from backends.flax_models import neutral_to_state
+
+        run = self.run
+        params, batch_stats = neutral_to_state(weights, run.model, run.image_size, run.channels, run.num_classes)
+        state = {"params": params, "batch_stats": batch_stats, "opt_state": self.tx.init(params)}
+        self.state = self._replicate(state) if self.pmap else self.jax.device_put(state, self.replicated)
 
     def peak_memory_bytes(self) -> int | None:
         stats = self.devices[0].memory_stats() if self.run.device_kind == "gpu" else None
@@ -276,6 +258,3 @@ class JaxTrainer:
             return self.devices[0].device_kind
         return envinfo.cpu_name()
 
-
-def layer_is_bn(state: dict, layer: str) -> bool:
-    return layer in state.get("batch_stats", {})

@@ -1,0 +1,43 @@
+"""The same CNN in every framework: exact parameter counts and the same ordered weight layout."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from cnnbench import flops
+from cnnbench.layout import neutral_layout, trainable_count
+from cnnbench.models import REFERENCE_PARAMS
+
+
+def _shapes(backend: str) -> dict:
+    done = subprocess.run([sys.executable, "tests/framework_shapes.py", backend], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, env={"PYTHONPATH": str(REPO),
+                                                                            "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("backend", ["torch", "tensorflow", "jax"])
+def test_param_counts_and_layout(backend):
+    found = _shapes(backend)
+    for (model, size, channels, classes), expected in REFERENCE_PARAMS.items():
+        entry = found[f"{model}/{size}/{channels}/{classes}"]
+        assert entry["params"] == expected, (backend, model)
+        layout = [[name, list(shape)] for name, shape in neutral_layout(model, size, channels, classes)]
+        assert entry["layout"] == layout, (backend, model)
+
+
+def test_layout_counts_match_reference():
+    for (model, size, channels, classes), expected in REFERENCE_PARAMS.items():
+        assert trainable_count(neutral_layout(model, size, channels, classes)) == expected
+
+
+def test_resnet50_flops_match_the_published_figure():
+    # torchvision's ResNet-50 at 224x224: 4.09 G multiply-adds.
+    assert flops.forward_macs("resnet50", 224, 3, 1000) / 1e9 == pytest.approx(4.09, abs=0.02)
+    assert flops.gflops_per_image("resnet18_cifar", 32, 3, 10) == pytest.approx(2 * 0.556, rel=0.02)

@@ -1,0 +1,87 @@
+"""The CSV: atomic appends, concurrent writers, foreign headers, typed reading."""
+
+from __future__ import annotations
+
+import csv
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from cnnbench import results
+from cnnbench.errors import ResultsFileError
+from cnnbench.schema import COLUMN_NAMES, COLUMNS
+
+
+def _row(i: int) -> dict:
+    return {"schema_version": 1, "run_id": f"r{i}", "backend": "torch", "devices": 2, "status": "ok",
+            "images_per_sec": 1234.5 + i, "error": "multi\nline, with comma", "compile": True}
+
+
+def _append_many(path: str, start: int) -> None:
+    for i in range(start, start + 40):
+        results.append_rows(Path(path), [_row(i)])
+
+
+def test_append_writes_header_once_and_roundtrips(tmp_path):
+    path = tmp_path / "r.csv"
+    results.append_rows(path, [_row(0)])
+    results.append_rows(path, [_row(1), _row(2)])
+    lines = path.read_text().splitlines()
+    assert lines[0].split(",") == list(COLUMN_NAMES)
+    assert len(lines) == 4
+    rows = results.read_rows(path)
+    assert rows[1]["images_per_sec"] == pytest.approx(1235.5) and rows[1]["compile"] is True
+    assert rows[0]["error"] == "multi line, with comma"  # one physical line per row
+    frame = results.read_results([path])
+    assert list(frame["devices"]) == [2, 2, 2] and frame["images_per_sec"].dtype == "Float64"
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    path = tmp_path / "r.csv"
+    procs = [multiprocessing.get_context("spawn").Process(target=_append_many, args=(str(path), k * 100))
+             for k in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    with path.open(newline="") as handle:
+        lines = list(csv.reader(handle))
+    assert lines[0] == list(COLUMN_NAMES)
+    assert len(lines) == 1 + 160
+    assert all(len(line) == len(COLUMNS) for line in lines)
+    assert len({line[1] for line in lines[1:]}) == 160
+
+
+def test_foreign_header_is_refused(tmp_path):
+    path = tmp_path / "other.csv"
+    path.write_text("a,b,c\n1,2,3\n")
+    before = path.read_bytes()
+    with pytest.raises(ResultsFileError, match="header"):
+        results.append_rows(path, [_row(0)])
+    assert path.read_bytes() == before
+
+
+def test_torn_last_line_is_refused(tmp_path):
+    path = tmp_path / "r.csv"
+    results.append_rows(path, [_row(0)])
+    with path.open("a") as handle:
+        handle.write("1,partial")
+    with pytest.raises(ResultsFileError, match="incomplete"):
+        results.append_rows(path, [_row(1)])
+
+
+def test_read_results_missing_columns(tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_text("run_id,backend\nx,torch\n")
+    with pytest.raises(ResultsFileError, match="missing required columns"):
+        results.read_results([path])
+
+
+def test_history_next_to_runs(tmp_path):
+    path = tmp_path / "runs.csv"
+    results.append_history(path, "abc", [{"epoch": 1, "wall_s": 1.5, "train_loss": 0.3, "test_loss": 0.2,
+                                          "test_accuracy": 0.9}])
+    frame = results.read_history(path)
+    assert (tmp_path / "runs.history.csv").exists() and list(frame["run_id"]) == ["abc"]
