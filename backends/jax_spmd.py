@@ -37,6 +37,13 @@ def strategies() -> tuple[str, ...]:
     return ("sharded", "pmap")
 
 
+def unsupported(run: Run) -> str | None:
+    """Why this backend cannot run a configuration (checked before anything is launched)."""
+    if run.strategy == "pmap" and run.hosts > 1:
+        return "strategy pmap runs on one host here; use sharded across hosts"
+    return None
+
+
 def launch_layout(run: Run) -> Layout:
     env = {"TF_CPP_MIN_LOG_LEVEL": "2"}
     if run.device_kind == "cpu":
@@ -94,8 +101,6 @@ class JaxTrainer:
         self.replicated = NamedSharding(self.mesh, P())
         self.batch_sharding = NamedSharding(self.mesh, P(AXIS))
         if self.pmap:
-            if run.hosts > 1:
-                raise ValueError("strategy pmap runs on one host here; use sharded across hosts")
             self.state = self._replicate(state)
             self._step = jax.pmap(self._make_step(pmap=True), axis_name=AXIS, donate_argnums=(0,),
                                   devices=self.local_devices)

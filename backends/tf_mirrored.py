@@ -67,14 +67,21 @@ def tf_config(run: Run) -> dict:
     return {"cluster": {"worker": worker_addresses(run)}, "task": {"type": "worker", "index": run.host_rank}}
 
 
+def unsupported(run: Run) -> str | None:
+    """Why this backend cannot run a configuration (checked before anything is launched)."""
+    if run.hosts > 1 and run.strategy == "fit":
+        return (f"strategy fit across hosts: model.fit under MultiWorkerMirroredStrategy fails in keras "
+                f"{envinfo.package_version('keras')} (PerReplica inputs); use mirrored")
+    if run.hosts > 1 and run.device_kind == "cpu" and run.devices_per_host > 1:
+        return "MultiWorkerMirroredStrategy on CPU uses one device per host; set devices = hosts"
+    return None
+
+
 def launch_layout(run: Run) -> Layout:
     env = {"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
     if run.device_kind == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     if run.hosts > 1:
-        if run.device_kind == "cpu" and run.devices_per_host > 1:
-            raise ValueError("MultiWorkerMirroredStrategy on CPU uses one device per host; "
-                             "set devices = hosts")
         env["TF_CONFIG"] = json.dumps(tf_config(run))
     return Layout(processes=1, env=env)
 
@@ -132,6 +139,7 @@ class TFTrainer:
             self.optimizer = optimizer
             self.optimizer.build(self.model.trainable_variables)
         self.steps_per_epoch = run.steps_per_epoch
+        self.owns_loop = run.strategy == "fit"  # the runner then calls run_loop instead of step
         self._losses: list = []
         self._last = None
         self._dataset = self._make_dataset()
@@ -212,7 +220,12 @@ class TFTrainer:
                        callbacks=[callback], verbose=0)
 
     def sync(self) -> None:
-        # Waits for every device's queued work; reading a loss would only wait for that tensor.
+        if self.run.hosts > 1:
+            # sync_devices cannot reach remote workers; the step counter is assigned after every
+            # variable update of a step, so reading it waits for the whole step on this worker.
+            self.optimizer.iterations.numpy()
+            return
+        # Waits for every local device's queued work; reading a loss would only wait for that tensor.
         self.tf.test.experimental.sync_devices()
 
     # -- evaluation and inspection -------------------------------------------------------------

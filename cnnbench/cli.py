@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -67,6 +68,8 @@ def run(
     out: OutOpt = DEFAULT_OUT,
     trials: Annotated[Optional[int], typer.Option(min=1, help="Trials (overrides the spec).")] = None,
     device: Annotated[Optional[str], typer.Option(help="cpu or gpu (overrides the spec's device).")] = None,
+    compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile",
+                                                    help="Override the spec's compile switch.")] = None,
     hosts: Annotated[int, typer.Option(min=1, help="Hosts taking part (run this on each).")] = 1,
     host_rank: Annotated[int, typer.Option(min=0, help="This host's rank, 0..hosts-1.")] = 0,
     coordinator: Annotated[str, typer.Option(help="ADDR:PORT of host 0, for hosts > 1.")] = "",
@@ -85,6 +88,8 @@ def run(
     if device not in (None, "cpu", "gpu"):
         raise UserError(f"--device: expected cpu or gpu, found {device!r}")
     parsed = load_spec(spec or DEFAULT_SPEC)
+    if compile is not None:
+        parsed = dataclasses.replace(parsed, compile=compile)
     runs = expand(parsed, backends=_parse_backends(backend), devices=_parse_devices(devices),
                   trials=trials, hosts=hosts, host_rank=host_rank, coordinator=coordinator,
                   device_kind=device)
@@ -99,11 +104,11 @@ def run(
 @app.command()
 def validate(spec: Annotated[Path, typer.Argument(help="Experiment TOML.")],
              device: Annotated[Optional[str], typer.Option(help="cpu or gpu.")] = None) -> None:
-    """Check a spec and print the runs it expands to."""
+    """Check a spec and print the runs it expands to (device availability is not checked)."""
     from cnnbench.runs import expand
     from cnnbench.spec import load_spec
 
-    runs = expand(load_spec(spec), device_kind=device)
+    runs = expand(load_spec(spec), device_kind=device, check_devices=False)
     print(f"{spec}: valid, {len(runs)} run(s)")
     for index, item in enumerate(runs, start=1):
         print(f"  {index:3d}. {item.label}  lr={item.lr:.4g} steps={item.total_steps}")

@@ -120,7 +120,7 @@ class Protocol:
 def train(trainer: Trainer, run: Run, log: Callable[[str], None] = print) -> TrainResult:
     """Train for ``run.total_steps`` steps under the timing protocol."""
     protocol = Protocol(trainer, run, log)
-    if hasattr(trainer, "run_loop"):  # the trainer owns its loop (Keras fit) and calls the hooks
+    if getattr(trainer, "owns_loop", False):  # Keras fit: the trainer runs the loop, calling the hooks
         protocol.start()
         trainer.run_loop(protocol)
         return protocol.finish()

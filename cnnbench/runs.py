@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends import load as backend_module
 from cnnbench.errors import SpecError
 from cnnbench.models import MODELS
 from cnnbench.spec import Spec, dataset_info_for, spec_hash
@@ -140,13 +141,15 @@ def resolve_device_kind(requested: str) -> str:
 
 def expand(spec: Spec, *, backends: tuple[str, ...] | None = None,
            devices: tuple[int, ...] | None = None, trials: int | None = None, hosts: int = 1,
-           host_rank: int = 0, coordinator: str = "", device_kind: str | None = None) -> list[Run]:
+           host_rank: int = 0, coordinator: str = "", device_kind: str | None = None,
+           check_devices: bool = True) -> list[Run]:
     """All runs of a spec, in the order they execute; CLI overrides narrow the spec's lists."""
     src = spec.source
     kind = device_kind or resolve_device_kind(spec.device)
     devices = devices or spec.devices
     backends = backends or spec.backends
-    _check_devices(spec, kind, devices, hosts)
+    if check_devices:
+        _check_devices(spec, kind, devices, hosts)
     info = dataset_info_for(spec)
     model = MODELS[spec.model]
     if "fp16" in spec.precision and kind != "gpu":
@@ -167,7 +170,7 @@ def expand(spec: Spec, *, backends: tuple[str, ...] | None = None,
         global_batch = per_device * n
         steps_per_epoch, total_steps, epochs = _steps(spec, info, global_batch)
         for strategy in strategies:
-            runs.append(Run(
+            run = Run(
                 run_id=uuid.uuid4().hex[:12], spec_name=spec.name, spec_hash=digest, source=src,
                 backend=backend, strategy=strategy, trial=trial, model=spec.model,
                 dataset=spec.dataset, data_path=spec.data_path, image_size=info.image_size,
@@ -184,7 +187,11 @@ def expand(spec: Spec, *, backends: tuple[str, ...] | None = None,
                 window_steps=spec.timing.window_steps, seed=spec.seed,
                 target_accuracy=spec.target_accuracy, timeout_s=spec.timeout_s, options=options,
                 host_rank=host_rank, coordinator=coordinator,
-            ))
+            )
+            problem = getattr(backend_module(backend), "unsupported", lambda _: None)(run)
+            if problem:
+                raise SpecError(src, f"{backend}.strategies", problem)
+            runs.append(run)
     return runs
 
 

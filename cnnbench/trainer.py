@@ -25,6 +25,9 @@ class Trainer(Protocol):
     """A model, its optimizer, its input pipeline and one compiled/traced training step."""
 
     steps_per_epoch: int  # 0 when there are no epochs (synthetic data)
+    # A trainer whose framework owns the loop (Keras fit) sets owns_loop and implements
+    # run_loop(protocol), calling protocol.before_step/after_step around every step.
+    owns_loop: bool = False
 
     def step(self) -> None:
         """One global training step on the next batch; asynchronous where the framework is."""
