@@ -20,6 +20,8 @@ def _say(text: str) -> None:
 
 
 def _summary(row: dict[str, Any]) -> str:
+    if row["status"] == "ok" and row.get("images_per_sec") is None:
+        return "ok (host 0 writes the row)"
     if row["status"] != "ok":
         return f"{row['status']}: {row['error']}"
     text = f"ok {row['images_per_sec']:.0f} img/s, first step {row['first_step_s']:.1f} s"

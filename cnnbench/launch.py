@@ -164,7 +164,8 @@ def launch(run: Run, *, verbose: bool = False, probe: tuple[Path, Path] | None =
         if timed_out:
             error = f"timed out after {run.timeout_s:g} s (timeout_s); process tree killed"
             return Outcome("failed", error=error, wall_s=wall, log_tail=list(tail))
-        if proc.returncode == 0 and (probe or result_json.exists()):
+        # Only global rank 0 (on host 0) writes a result; other hosts succeed by exiting cleanly.
+        if proc.returncode == 0 and (probe or result_json.exists() or run.host_rank != 0):
             result = json.loads(result_json.read_text()) if result_json.exists() else {}
             return Outcome("ok", result=result, wall_s=wall, log_tail=list(tail))
         error = (_first_rank_error(workdir) or _last_error_line(tail)
