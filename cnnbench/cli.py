@@ -153,6 +153,11 @@ def _raise_on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _interrupted() -> None:
+    print("cnnbench: interrupted; workers stopped, no partial row written", file=sys.stderr)
+    sys.exit(130)
+
+
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit code 2."""
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
@@ -162,16 +167,19 @@ def main() -> None:
         print(f"cnnbench: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        print("cnnbench: interrupted; workers stopped, no partial row written", file=sys.stderr)
-        sys.exit(130)
+        _interrupted()
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            _interrupted()
         # Usage errors of the command line (typer vendors click): print their message, exit 2.
         if hasattr(exc, "show") and hasattr(exc, "exit_code"):
             exc.show()
             sys.exit(2)
         raise
+    if code == 130:  # typer turns Ctrl-C (and our SIGTERM) into exit code 130
+        _interrupted()
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -59,6 +59,8 @@ def _train(run: Run, ctx: BuildContext, result_path: Path, is_main: bool) -> Non
     trainer = backends.load(run.backend).build(run, ctx)
     faults.install(trainer, ctx.process_index)
     result = train(trainer, run, log)
+    if hasattr(trainer, "close"):
+        trainer.close()
     if not is_main:
         return
     peak = trainer.peak_memory_bytes()
@@ -91,6 +93,8 @@ def _probe(run: Run, ctx: BuildContext, probe_in: Path, probe_out: Path, is_main
     trainer.step()
     trainer.sync()
     after = trainer.get_weights()
+    if hasattr(trainer, "close"):
+        trainer.close()
     if is_main:
         shapes = {f"w:{k}": v for k, v in after.items()}
         np.savez(probe_out, logits=logits, params=np.array(trainer.param_count()),

@@ -1,0 +1,141 @@
+"""Faults and bad input: failed rows, torn-down process trees, interrupts, foreign files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from conftest import REPO, TINY_DIGITS, run_cli, write_spec
+
+from cnnbench import results
+
+
+def _workers() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if "cnnbench.worker" in cmdline or "torch.distributed.run" in cmdline:
+            found.append(proc)
+    return found
+
+
+def _spec(tmp_path, backend="torch", devices="[2]", timeout=120):
+    text = (TINY_DIGITS.replace('["torch"]', f'["{backend}"]').replace("devices = [1]", f"devices = {devices}")
+            + "")
+    return write_spec(tmp_path, text.replace('device = "cpu"', f'device = "cpu"\ntimeout_s = {timeout}'))
+
+
+def _assert_clean_csv(path, expected_rows):
+    lines = path.read_text().splitlines()
+    assert len(lines) == 1 + expected_rows
+    assert len({line.count(",") for line in lines if '"' not in line}) <= 1
+    return results.read_rows(path)
+
+
+@pytest.mark.parametrize("backend, fault", [
+    ("torch", "rank=1,step=4,kind=raise"),
+    ("torch", "rank=1,step=4,kind=kill"),
+    ("jax", "rank=0,step=4,kind=raise"),
+    ("tensorflow", "rank=0,step=4,kind=kill"),
+])
+def test_crash_writes_a_failed_row_and_leaves_no_process(tmp_path, backend, fault):
+    out = tmp_path / "rows.csv"
+    started = time.monotonic()
+    done = run_cli("run", _spec(tmp_path, backend), "--out", out, env={"CNNBENCH_FAULT": fault})
+    assert time.monotonic() - started < 120 + 15
+    assert done.returncode == 1, done.stderr[-2000:]
+    (row,) = _assert_clean_csv(out, 1)
+    assert row["status"] == "failed" and row["images_per_sec"] is None
+    if "raise" in fault:
+        assert "injected fault at step 4" in row["error"]
+    else:
+        assert row["error"]
+    assert not _workers()
+
+
+def test_hang_is_killed_at_timeout(tmp_path):
+    out = tmp_path / "rows.csv"
+    started = time.monotonic()
+    done = run_cli("run", _spec(tmp_path, timeout=25), "--out", out,
+                   env={"CNNBENCH_FAULT": "rank=1,step=3,kind=hang"})
+    elapsed = time.monotonic() - started
+    assert done.returncode == 1 and elapsed < 25 + 15 + 10  # + the CLI's own start-up
+    (row,) = _assert_clean_csv(out, 1)
+    assert row["status"] == "failed" and "timed out after 25 s" in row["error"]
+    assert not _workers()
+
+
+def test_sweep_continues_after_a_failed_run(tmp_path):
+    out = tmp_path / "rows.csv"
+    done = run_cli("run", _spec(tmp_path, devices="[2, 1]"), "--out", out,
+                   env={"CNNBENCH_FAULT": "rank=1,step=2,kind=raise"})  # only the 2-device run has rank 1
+    assert done.returncode == 1
+    rows = _assert_clean_csv(out, 2)
+    assert [(r["devices"], r["status"]) for r in rows] == [(2, "failed"), (1, "ok")]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_kills_workers_and_writes_nothing(tmp_path, sig):
+    out = tmp_path / "rows.csv"
+    env = {**os.environ, "CNNBENCH_FAULT": "rank=0,step=3,kind=hang"}
+    proc = subprocess.Popen([sys.executable, "-m", "cnnbench.cli", "run", str(_spec(tmp_path)), "--out", str(out)],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not _workers():
+        time.sleep(0.5)
+    time.sleep(8)  # let the workers reach the hang
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "interrupted" in stderr
+    assert not out.exists() or len(out.read_text().splitlines()) <= 1
+    time.sleep(1)
+    assert not _workers()
+
+
+def test_concurrent_runs_append_to_one_csv(tmp_path):
+    out = tmp_path / "rows.csv"
+    spec = _spec(tmp_path, devices="[1]")
+    procs = [subprocess.Popen([sys.executable, "-m", "cnnbench.cli", "run", str(spec), "--out", str(out)], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    for proc in procs:
+        proc.communicate(timeout=300)
+        assert proc.returncode == 0
+    rows = _assert_clean_csv(out, 2)
+    assert len({r["run_id"] for r in rows}) == 2
+
+
+def test_foreign_csv_is_refused_before_running(tmp_path):
+    out = tmp_path / "theirs.csv"
+    out.write_text("time,value\n1,2\n")
+    done = run_cli("run", _spec(tmp_path), "--out", out)
+    assert done.returncode == 2 and "header" in done.stderr and done.stderr.strip().count("\n") == 0
+    assert out.read_text() == "time,value\n1,2\n"
+
+
+def test_too_many_devices_is_refused(tmp_path):
+    out = tmp_path / "rows.csv"
+    done = run_cli("run", _spec(tmp_path), "--devices", "64", "--out", out)
+    assert done.returncode == 2 and "devices" in done.stderr and "64" in done.stderr
+    assert not out.exists()
+
+
+def test_tensorflow_device_plan():
+    from backends.tf_mirrored import device_plan
+    from cnnbench.probe import probe_run
+
+    gpu_run = probe_run("tensorflow", "mirrored", "smallcnn", devices=2, image_size=8, channels=1,
+                        num_classes=10, global_batch=8)
+    gpu_run = type(gpu_run)(**{**gpu_run.__dict__, "device_kind": "gpu"})
+    plan = device_plan(gpu_run, physical_gpus=4)
+    assert plan.devices == ("/gpu:0", "/gpu:1") and not plan.hide_gpus and plan.logical_cpus == 0
+    with pytest.raises(RuntimeError, match="2 GPUs requested"):
+        device_plan(gpu_run, physical_gpus=1)
+    cpu_run = type(gpu_run)(**{**gpu_run.__dict__, "device_kind": "cpu"})
+    plan = device_plan(cpu_run, physical_gpus=4)  # a CPU run hides GPUs even where they exist
+    assert plan.devices == ("/cpu:0", "/cpu:1") and plan.hide_gpus and plan.logical_cpus == 2
