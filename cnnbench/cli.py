@@ -114,6 +114,29 @@ def validate(spec: Annotated[Path, typer.Argument(help="Experiment TOML.")],
         print(f"  {index:3d}. {item.label}  lr={item.lr:.4g} steps={item.total_steps}")
 
 
+@app.command()
+def parity(
+    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Model(s); default all.")] = None,
+    backend: BackendOpt = None,
+) -> None:
+    """Prove the models are the same in every installed backend (counts, forward, one SGD step)."""
+    from cnnbench.parity import format_checks, installed_backends, run_parity
+
+    models = model or list(MODELS)
+    for name in models:
+        if name not in MODELS:
+            raise UserError(f"--model: unknown model {name!r}; expected one of {', '.join(MODELS)}")
+    backends = list(_parse_backends(backend) or installed_backends())
+    if len(backends) < 2:
+        raise UserError(f"parity needs two installed backends, found {', '.join(backends) or 'none'}")
+    checks = run_parity(models, backends)
+    print(format_checks(checks))
+    failed = [c for c in checks if not c.ok]
+    print(f"{len(checks) - len(failed)} of {len(checks)} checks passed")
+    if failed:
+        raise typer.Exit(1)
+
+
 @app.command(name="list")
 def list_things() -> None:
     """Models, datasets and backends (with their strategies and installed versions)."""

@@ -1,0 +1,22 @@
+"""`cnnbench parity`: the models agree across all three frameworks, and a real mismatch is caught."""
+
+from __future__ import annotations
+
+from cnnbench.parity import format_checks, run_parity
+
+BACKENDS = ["torch", "tensorflow", "jax"]
+
+
+def test_parity_across_all_backends():
+    checks = run_parity(["smallcnn", "resnet18_cifar", "resnet50"], BACKENDS)
+    failed = [c for c in checks if not c.ok]
+    assert not failed, format_checks(failed)
+    # every pair of backends was compared for every model
+    pairs = {(c.model, c.pair) for c in checks if c.pair != "layout"}
+    assert len(pairs) == 3 * 3
+
+
+def test_a_perturbed_weight_fails_parity():
+    checks = run_parity(["smallcnn"], ["torch", "jax"], perturb=("jax", "conv2.weight"))
+    failed = {c.what for c in checks if not c.ok}
+    assert "forward rel L2" in failed and "weights after step rel L2" in failed
