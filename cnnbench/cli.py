@@ -102,6 +102,44 @@ def run(
 
 
 @app.command()
+def sweep(
+    spec: Annotated[Path, typer.Argument(help="Experiment TOML.")],
+    backend: BackendOpt = None,
+    devices: DevicesOpt = None,
+    out: OutOpt = DEFAULT_OUT,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; run nothing.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Rerun runs that already have an ok row.")] = False,
+    device: Annotated[Optional[str], typer.Option(help="cpu or gpu (overrides the spec's device).")] = None,
+    peak_tflops: Annotated[Optional[float], typer.Option(help="Device peak TFLOP/s for the mfu column.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream worker output.")] = False,
+) -> None:
+    """Run every run of a spec that has no ok row in OUT yet: an interrupted sweep resumes."""
+    from cnnbench.execute import execute_runs, format_table, split_done
+    from cnnbench.runs import expand
+    from cnnbench.spec import load_spec
+
+    if device not in (None, "cpu", "gpu"):
+        raise UserError(f"--device: expected cpu or gpu, found {device!r}")
+    runs = expand(load_spec(spec), backends=_parse_backends(backend), devices=_parse_devices(devices),
+                  device_kind=device, check_devices=not dry_run)
+    todo, done = (runs, []) if force else split_done(runs, out)
+    if dry_run:
+        print(f"{spec}: {len(runs)} run(s), {len(todo)} to run, {len(done)} already in {out}")
+        for index, item in enumerate(runs, start=1):
+            state = "run" if item in todo else "done"
+            print(f"  {index:3d}. [{state}] {item.label} scaling={item.scaling} global_batch={item.global_batch}")
+        return
+    if done:
+        print(f"skipping {len(done)} run(s) already ok in {out}", file=sys.stderr)
+    rows = execute_runs(todo, out, verbose=verbose, peak_tflops=peak_tflops)
+    if rows:
+        print(format_table(rows))
+    print(f"appended {len(rows)} row(s) to {out}")
+    if any(r["status"] == "failed" for r in rows):
+        raise typer.Exit(1)
+
+
+@app.command()
 def validate(spec: Annotated[Path, typer.Argument(help="Experiment TOML.")],
              device: Annotated[Optional[str], typer.Option(help="cpu or gpu.")] = None) -> None:
     """Check a spec and print the runs it expands to (device availability is not checked)."""

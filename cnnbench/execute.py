@@ -13,6 +13,7 @@ from cnnbench import envinfo, results
 from cnnbench.launch import launch
 from cnnbench.rows import outcome_row, skipped_row
 from cnnbench.runs import Run
+from cnnbench.schema import CONFIG_KEY
 
 
 def _say(text: str) -> None:
@@ -43,14 +44,36 @@ def execute_one(run: Run, *, verbose: bool = False, peak_tflops: float | None = 
     return outcome_row(run, outcome, peak_tflops), outcome.result.get("history", [])
 
 
+def run_key(row_or_run: Any) -> tuple:
+    """What identifies one run of a sweep: the configuration key plus the trial."""
+    get = (lambda k: row_or_run.get(k)) if isinstance(row_or_run, dict) else (
+        lambda k: row_or_run.device_type if k == "device_type" else getattr(row_or_run, k))
+    return tuple(get(k) for k in (*CONFIG_KEY, "trial"))
+
+
+def split_done(runs: Sequence[Run], out: Path) -> tuple[list[Run], list[Run]]:
+    """(runs still to do, runs that already have an ok row in ``out``)."""
+    done = set()
+    if out.exists() and out.stat().st_size:
+        results.check_appendable(out)
+        done = {run_key(row) for row in results.read_rows(out) if row.get("status") == "ok"}
+    todo = [r for r in runs if run_key(r) not in done]
+    return todo, [r for r in runs if run_key(r) in done]
+
+
 def execute_runs(runs: Sequence[Run], out: Path, *, verbose: bool = False,
                  peak_tflops: float | None = None,
                  on_row: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Run each in turn; host 0 appends its row (and history) right after the run ends."""
     results.check_appendable(out)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    begun = time.perf_counter()
     for index, run in enumerate(runs, start=1):
-        _say(f"[{index}/{len(runs)}] {run.label} ...")
+        eta = ""
+        if rows:  # the mean duration of the runs so far, times the runs left
+            left = (time.perf_counter() - begun) / len(rows) * (len(runs) - index + 1)
+            eta = f" (ETA {left / 60:.1f} min)"
+        _say(f"[{index}/{len(runs)}]{eta} {run.label} ...")
         started = time.perf_counter()
         row, history = execute_one(run, verbose=verbose, peak_tflops=peak_tflops)
         if run.host_rank == 0:

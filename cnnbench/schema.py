@@ -85,7 +85,7 @@ STATUS_OK, STATUS_FAILED, STATUS_SKIPPED = "ok", "failed", "skipped"
 # The key that identifies "the same configuration" for resuming sweeps and aggregating trials.
 CONFIG_KEY: tuple[str, ...] = (
     "spec_hash", "backend", "strategy", "scaling", "devices", "per_device_batch",
-    "precision", "device_type",
+    "precision", "device_type", "hosts",
 )
 
 

@@ -6,6 +6,8 @@ CPU devices, JAX over emulated CPU devices), from the same neutral weights and t
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -19,6 +21,7 @@ def _batch(global_batch: int, size: int, channels: int, seed: int = 1):
     return x, y
 
 
+@functools.cache
 def _step(backend, strategy, model, devices, size, channels, sync_bn=False):
     x, y = _batch(8, size, channels)
     run = probe_run(backend, strategy, model, devices=devices, image_size=size, channels=channels,
@@ -44,7 +47,8 @@ def test_two_devices_equal_one_device_smallcnn(backend, strategy):
 
 @pytest.mark.parametrize("strategy", ["sharded", "pmap"])
 def test_jax_sync_bn_two_devices_equal_one_device(strategy):
-    one = _step("jax", strategy, "resnet18_cifar", 1, 8, 3, sync_bn=True)
+    # On one device local and synchronized statistics are the same computation: one reference.
+    one = _step("jax", "sharded", "resnet18_cifar", 1, 8, 3)
     two = _step("jax", strategy, "resnet18_cifar", 2, 8, 3, sync_bn=True)
     # All trained tensors and the running mean agree; the running variance too (biased, global).
     assert _max_abs_diff(one.weights, two.weights) <= 1e-5

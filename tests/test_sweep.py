@@ -1,0 +1,48 @@
+"""`cnnbench sweep`: the plan is the product of the spec's lists; an interrupted sweep resumes."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import REPO, TINY_DIGITS, run_cli, write_spec
+
+from cnnbench import results
+
+
+def test_dry_run_plan_is_the_product(tmp_path):
+    text = (TINY_DIGITS.replace('["torch"]', '["torch", "jax"]').replace("devices = [1]", "devices = [1, 2, 4]")
+            .replace("per_device_batch = 64", 'per_device_batch = [16, 32]\nprecision = ["fp32", "bf16"]'))
+    spec = write_spec(tmp_path, text + '[jax]\nstrategies = ["sharded", "pmap"]\n')
+    done = run_cli("sweep", spec, "--dry-run", "--out", tmp_path / "r.csv")
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if "[run]" in line]
+    # (torch ddp + jax sharded + jax pmap) x 2 batches x 2 precisions x 3 device counts
+    assert len(lines) == 3 * 2 * 2 * 3
+    combos = {tuple(line.split()[2:7]) for line in lines}
+    assert len(combos) == len(lines)
+    assert not (tmp_path / "r.csv").exists()
+
+
+def test_interrupted_sweep_resumes_with_the_remaining_runs(tmp_path):
+    spec = write_spec(tmp_path, TINY_DIGITS.replace("devices = [1]", "devices = [1, 2]"))
+    out = tmp_path / "r.csv"
+    proc = subprocess.Popen([sys.executable, "-m", "cnnbench.cli", "sweep", str(spec), "--out", str(out)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (out.exists() and len(out.read_text().splitlines()) >= 2):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)  # killed outright while the second run is going
+    proc.wait()
+    first = results.read_rows(out)
+    assert len(first) == 1 and first[0]["devices"] == 1
+    dry = run_cli("sweep", spec, "--out", out, "--dry-run")
+    assert "1 to run, 1 already" in dry.stdout
+    again = run_cli("sweep", spec, "--out", out)
+    assert again.returncode == 0, again.stderr[-2000:]
+    rows = results.read_rows(out)
+    assert [(r["devices"], r["status"]) for r in rows] == [(1, "ok"), (2, "ok")]
+    forced = run_cli("sweep", spec, "--out", out, "--dry-run", "--force")
+    assert "2 to run" in forced.stdout
