@@ -75,6 +75,7 @@ def run(
     coordinator: Annotated[str, typer.Option(help="ADDR:PORT of host 0, for hosts > 1.")] = "",
     peak_tflops: Annotated[Optional[float], typer.Option(help="Device peak TFLOP/s for the mfu column.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream worker output.")] = False,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Do not regenerate the charts.")] = False,
 ) -> None:
     """Run an experiment: every backend x strategy x device count x trial, one row each."""
     from cnnbench.execute import execute_runs, format_table
@@ -97,6 +98,8 @@ def run(
     print(format_table(rows))
     if host_rank == 0:
         print(f"appended {len(rows)} row(s) to {out}")
+        if not no_report:
+            _report_after_run(out)
     if any(r["status"] == "failed" for r in rows):
         raise typer.Exit(1)
 
@@ -112,6 +115,7 @@ def sweep(
     device: Annotated[Optional[str], typer.Option(help="cpu or gpu (overrides the spec's device).")] = None,
     peak_tflops: Annotated[Optional[float], typer.Option(help="Device peak TFLOP/s for the mfu column.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream worker output.")] = False,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Do not regenerate the charts.")] = False,
 ) -> None:
     """Run every run of a spec that has no ok row in OUT yet: an interrupted sweep resumes."""
     from cnnbench.execute import execute_runs, format_table, split_done
@@ -135,6 +139,8 @@ def sweep(
     if rows:
         print(format_table(rows))
     print(f"appended {len(rows)} row(s) to {out}")
+    if not no_report:
+        _report_after_run(out)
     if any(r["status"] == "failed" for r in rows):
         raise typer.Exit(1)
 
@@ -150,6 +156,34 @@ def validate(spec: Annotated[Path, typer.Argument(help="Experiment TOML.")],
     print(f"{spec}: valid, {len(runs)} run(s)")
     for index, item in enumerate(runs, start=1):
         print(f"  {index:3d}. {item.label}  lr={item.lr:.4g} steps={item.total_steps}")
+
+
+@app.command()
+def report(
+    csv: Annotated[Optional[list[Path]], typer.Argument(help="Result CSVs (default: results/runs.csv).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Folder for the charts (default: next to the first CSV).")] = None,
+    model: Annotated[Optional[str], typer.Option(help="Only this model.")] = None,
+    dataset: Annotated[Optional[str], typer.Option(help="Only this dataset.")] = None,
+    device_type: Annotated[Optional[str], typer.Option(help="Only cpu, cpu-emulated or gpu rows.")] = None,
+) -> None:
+    """Regenerate comparison charts (PNG + SVG) and summary.md from result CSVs."""
+    from cnnbench.report import build_report, report_dir_for
+
+    paths = list(csv or [DEFAULT_OUT])
+    made = build_report(paths, out or report_dir_for(paths[0]), model, dataset, device_type)
+    for name, files in made.files.items():
+        print(f"{name}: {', '.join(map(str, files))}")
+
+
+def _report_after_run(out: Path) -> None:
+    from cnnbench.errors import ResultsFileError
+    from cnnbench.report import build_report, report_dir_for
+
+    try:
+        made = build_report([out], report_dir_for(out))
+        print(f"charts in {made.out_dir}", file=sys.stderr)
+    except ResultsFileError as exc:  # e.g. no ok rows yet: nothing to draw
+        print(f"cnnbench: no charts: {exc}", file=sys.stderr)
 
 
 @app.command()

@@ -90,6 +90,7 @@ class Report:
     out_dir: Path
     files: dict[str, list[Path]] = field(default_factory=dict)
     tables: dict[str, Any] = field(default_factory=dict)
+    figures: dict[str, Any] = field(default_factory=dict)  # closed matplotlib figures, data still readable
 
 
 def _title(base: str, frame: pd.DataFrame) -> str:
@@ -98,7 +99,16 @@ def _title(base: str, frame: pd.DataFrame) -> str:
     return base
 
 
+def _devices_axis(ax, devices) -> None:
+    """log2 x-axis labelled with the device counts themselves (1, 2, 4 ... not 2^k)."""
+    ticks = sorted({int(n) for n in devices})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [str(n) for n in ticks])
+    ax.set_xlabel("devices")
+
+
 def _save(fig, report: Report, name: str) -> None:
+    report.figures[name] = fig
     paths = []
     for ext in ("png", "svg"):
         path = report.out_dir / f"{name}.{ext}"
@@ -130,8 +140,7 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
         if not base.empty and scaling == "weak":
             ns = np.array(sorted(part["devices"]))
             ax.plot(ns, base["ips"].iloc[0] * ns, ls=":", color="grey", lw=1)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("devices")
+    _devices_axis(ax, agg["devices"])
     ax.set_ylabel("images / s (all devices)")
     ax.set_title(_title("Throughput vs devices (dotted: ideal linear)", frame))
     ax.legend(fontsize=7)
@@ -143,8 +152,7 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
         for (label, scaling), part in eff.groupby(["label", "scaling"]):
             ax.plot(part["devices"], part["efficiency"], marker="o", label=f"{label} ({scaling} scaling)")
         ax.axhline(1.0, color="grey", ls=":", lw=1)
-        ax.set_xscale("log", base=2)
-    ax.set_xlabel("devices")
+    _devices_axis(ax, agg["devices"])
     ax.set_ylabel("scaling efficiency")
     ax.set_title(_title("Scaling efficiency (weak: ips(N)/(N ips(1)); strong: t(1)/(N t(N)))", frame))
     ax.legend(fontsize=7)
@@ -165,10 +173,10 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (label, scaling, model_name, precision), part in series:
-        ax.errorbar(part["devices"], part["step_ms"], yerr=[part["step_ms"] - part["p10"], part["p90"] - part["step_ms"]],
-                    marker="o", capsize=3, label=f"{label} {model_name} {precision} ({scaling})")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("devices")
+        spread = [part["step_ms"] - part["p10"], part["p90"] - part["step_ms"]]
+        ax.errorbar(part["devices"], part["step_ms"], yerr=spread, marker="o", capsize=3,
+                    label=f"{label} {model_name} {precision} ({scaling})")
+    _devices_axis(ax, agg["devices"])
     ax.set_ylabel("step time, ms (median, p10-p90)")
     ax.set_title(_title("Step time", frame))
     ax.legend(fontsize=7)
@@ -200,8 +208,7 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (label, scaling, model_name, precision), part in series:
         ax.plot(part["devices"], part["memory_mb"], marker="o", label=f"{label} {model_name} {precision} ({scaling})")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("devices")
+    _devices_axis(ax, agg["devices"])
     ax.set_ylabel("peak memory of device 0, MiB (CPU: process RSS)")
     ax.set_title(_title("Peak memory per device", frame))
     ax.legend(fontsize=7)
