@@ -5,7 +5,8 @@ per device while the whole step is one jitted SPMD program: it computes statisti
 ``groups`` equal slices of the batch (one per device; XLA keeps each slice's reduction on its
 device), or, under ``pmap``, over the named axis when statistics are synchronized. With
 groups = 1 and no axis it is ordinary batch norm (flax.linen.BatchNorm's arithmetic: float32
-statistics, biased variance for the running estimate).
+statistics, biased variance for the running estimate). The variance takes two passes in float32
+(PyTorch's accuracy) and one pass under bf16/fp16 (flax's fast default; about 8% faster on an H200).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class BatchNorm(nn.Module):
     groups: int = 1
     axis_name: str | None = None
     dtype: Any = jnp.float32
+    fast_variance: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool) -> jax.Array:
@@ -49,13 +51,21 @@ class BatchNorm(nn.Module):
             return (x * inv.astype(self.dtype) + (bias - running_mean.value * inv).astype(self.dtype))
         grouped = x.reshape((self.groups, -1) + x.shape[1:]).astype(jnp.float32)
         mean = grouped.mean(axis=(1, 2, 3))
-        if self.axis_name:
-            mean = jax.lax.pmean(mean, self.axis_name)
-        # Two passes (mean, then squared deviations): E[x^2] - E[x]^2 loses float32 precision in
-        # the backward pass when activations have a large mean (measured: 5e-3 relative on grads).
-        var = jnp.square(grouped - mean[:, None, None, None, :]).mean(axis=(1, 2, 3))
-        if self.axis_name:
-            var = jax.lax.pmean(var, self.axis_name)
+        if self.fast_variance:
+            # One pass, E[x^2] - E[x]^2 (flax.linen.BatchNorm's default): with bf16 activations its
+            # float32 cancellation error is far below bf16's own, and it reads the activations once.
+            mean_sq = jnp.square(grouped).mean(axis=(1, 2, 3))
+            if self.axis_name:
+                mean, mean_sq = jax.lax.pmean((mean, mean_sq), self.axis_name)
+            var = jnp.maximum(mean_sq - jnp.square(mean), 0.0)
+        else:
+            # Two passes, as PyTorch: in float32 the one-pass form moved resnet18_cifar's gradients by
+            # 5e-3 (relative) against float64; this form agrees to 5e-6.
+            if self.axis_name:
+                mean = jax.lax.pmean(mean, self.axis_name)
+            var = jnp.square(grouped - mean[:, None, None, None, :]).mean(axis=(1, 2, 3))
+            if self.axis_name:
+                var = jax.lax.pmean(var, self.axis_name)
         if not self.is_initializing():
             running_mean.value = (1 - BN_MOMENTUM) * running_mean.value + BN_MOMENTUM * mean.mean(0)
             running_var.value = (1 - BN_MOMENTUM) * running_var.value + BN_MOMENTUM * var.mean(0)
@@ -93,7 +103,9 @@ class ResNet(nn.Module):
                        use_bias=False, kernel_init=conv_init, dtype=self.dtype, name=name)(x)
 
     def _bn(self, x, name: str, train: bool):
-        return BatchNorm(self.bn_groups, self.bn_axis, self.dtype, name=name)(x, train)
+        # Reduced precision: the one-pass variance (fast, accurate enough); float32: two passes.
+        fast = self.dtype != jnp.float32
+        return BatchNorm(self.bn_groups, self.bn_axis, self.dtype, fast, name=name)(x, train)
 
     def _block(self, x, cin: int, width: int, stride: int, name: str, train: bool):
         cout = width * (BOTTLENECK_EXPANSION if self.bottleneck else 1)
