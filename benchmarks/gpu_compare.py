@@ -2,7 +2,7 @@
 256, bf16, synthetic), then a table of peer img/s, cnnbench img/s, their ratio and first-step times;
 also cnnbench's resnet18_cifar at batch 512.
 
-python benchmarks/gpu_compare.py OUT_DIR
+python benchmarks/gpu_compare.py OUT_DIR [torch|jax]   (the optional word runs one framework only)
 """
 
 from __future__ import annotations
@@ -45,16 +45,20 @@ def _rows(path: Path) -> list[dict]:
 def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
+    only = sys.argv[2] if len(sys.argv) > 2 else "torch,jax"
     r50 = out / "h200_resnet50.csv"
-    pairs = [
-        ("PyTorch eager", peer("torch_resnet50.py"),
-         cnnbench("experiments/resnet50_synthetic.toml", r50, "-b", "torch")),
-        ("PyTorch compiled", peer("torch_resnet50.py", "--compile"),
-         cnnbench("experiments/resnet50_synthetic.toml", r50, "-b", "torch", "--compile")),
-        ("JAX sharded", peer("jax_resnet50.py"),
-         cnnbench("experiments/resnet50_synthetic.toml", r50, "-b", "jax", strategy="sharded")),
-    ]
-    cnnbench("experiments/resnet18_synthetic.toml", out / "h200_resnet18.csv", "-b", "torch,jax")
+    pairs = []
+    if "torch" in only:
+        pairs += [
+            ("PyTorch eager", peer("torch_resnet50.py"),
+             cnnbench("experiments/resnet50_synthetic.toml", r50, "-b", "torch")),
+            ("PyTorch compiled", peer("torch_resnet50.py", "--compile"),
+             cnnbench("experiments/resnet50_synthetic.toml", r50, "-b", "torch", "--compile")),
+        ]
+    if "jax" in only:
+        pairs.append(("JAX sharded", peer("jax_resnet50.py"),
+                      cnnbench("experiments/resnet50_synthetic.toml", r50, "-b", "jax", strategy="sharded")))
+    cnnbench("experiments/resnet18_synthetic.toml", out / "h200_resnet18.csv", "-b", only)
     lines = ["| configuration | peer img/s | cnnbench img/s | cnnbench / peer | peer first step s | "
              "cnnbench first step s |", "|---|---:|---:|---:|---:|---:|"]
     for name, p, c in pairs:
