@@ -184,6 +184,8 @@ def _report_after_run(out: Path) -> None:
         print(f"charts in {made.out_dir}", file=sys.stderr)
     except ResultsFileError as exc:  # e.g. no ok rows yet: nothing to draw
         print(f"cnnbench: no charts: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - the rows are written; a chart bug must not hide that
+        print(f"cnnbench: charts failed: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 @app.command()

@@ -129,7 +129,10 @@ def read_results(paths: Sequence[Path | str], required: Sequence[str] = COLUMN_N
     for path in map(Path, paths):
         if not path.is_file():
             raise ResultsFileError(f"{path}: no such results file")
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        try:
+            frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+            raise ResultsFileError(f"{path}: not a readable CSV ({type(exc).__name__})") from None
         missing = [c for c in required if c not in frame.columns]
         if missing:
             raise ResultsFileError(f"{path}: missing required columns: {', '.join(missing)}")
@@ -156,4 +159,4 @@ def read_history(results_csv: Path) -> pd.DataFrame:
     path = history_path(results_csv)
     if not path.is_file():
         return pd.DataFrame(columns=list(HISTORY_COLUMNS))
-    return pd.read_csv(path)
+    return pd.read_csv(path, dtype={"run_id": str})

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import psutil
 import pytest
@@ -15,12 +16,22 @@ from conftest import REPO, TINY_DIGITS, run_cli, write_spec
 from cnnbench import results
 
 
+# Every command these tests start carries this marker in its environment, which the worker
+# processes inherit: leftovers are found by it, not confused with other cnnbench processes.
+MARK = {"CNNBENCH_TEST_MARK": uuid.uuid4().hex}
+
+
 def _workers() -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if "cnnbench.worker" in cmdline or "torch.distributed.run" in cmdline:
-            found.append(proc)
+        if "cnnbench.worker" not in cmdline and "torch.distributed.run" not in cmdline:
+            continue
+        try:
+            if proc.environ().get("CNNBENCH_TEST_MARK") == MARK["CNNBENCH_TEST_MARK"]:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
     return found
 
 
@@ -46,7 +57,7 @@ def _assert_clean_csv(path, expected_rows):
 def test_crash_writes_a_failed_row_and_leaves_no_process(tmp_path, backend, fault):
     out = tmp_path / "rows.csv"
     started = time.monotonic()
-    done = run_cli("run", _spec(tmp_path, backend), "--out", out, env={"CNNBENCH_FAULT": fault})
+    done = run_cli("run", _spec(tmp_path, backend), "--out", out, env={"CNNBENCH_FAULT": fault, **MARK})
     assert time.monotonic() - started < 120 + 15
     assert done.returncode == 1, done.stderr[-2000:]
     (row,) = _assert_clean_csv(out, 1)
@@ -62,7 +73,7 @@ def test_hang_is_killed_at_timeout(tmp_path):
     out = tmp_path / "rows.csv"
     started = time.monotonic()
     done = run_cli("run", _spec(tmp_path, timeout=25), "--out", out,
-                   env={"CNNBENCH_FAULT": "rank=1,step=3,kind=hang"})
+                   env={"CNNBENCH_FAULT": "rank=1,step=3,kind=hang", **MARK})
     elapsed = time.monotonic() - started
     assert done.returncode == 1 and elapsed < 25 + 15 + 10  # + the CLI's own start-up
     (row,) = _assert_clean_csv(out, 1)
@@ -73,7 +84,7 @@ def test_hang_is_killed_at_timeout(tmp_path):
 def test_sweep_continues_after_a_failed_run(tmp_path):
     out = tmp_path / "rows.csv"
     done = run_cli("run", _spec(tmp_path, devices="[2, 1]"), "--out", out,
-                   env={"CNNBENCH_FAULT": "rank=1,step=2,kind=raise"})  # only the 2-device run has rank 1
+                   env={"CNNBENCH_FAULT": "rank=1,step=2,kind=raise", **MARK})  # only the 2-device run has rank 1
     assert done.returncode == 1
     rows = _assert_clean_csv(out, 2)
     assert [(r["devices"], r["status"]) for r in rows] == [(2, "failed"), (1, "ok")]
@@ -82,7 +93,7 @@ def test_sweep_continues_after_a_failed_run(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_kills_workers_and_writes_nothing(tmp_path, sig):
     out = tmp_path / "rows.csv"
-    env = {**os.environ, "CNNBENCH_FAULT": "rank=0,step=3,kind=hang"}
+    env = {**os.environ, "CNNBENCH_FAULT": "rank=0,step=3,kind=hang", **MARK}
     proc = subprocess.Popen([sys.executable, "-m", "cnnbench.cli", "run", str(_spec(tmp_path)), "--out", str(out)],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

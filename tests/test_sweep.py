@@ -21,7 +21,7 @@ def test_dry_run_plan_is_the_product(tmp_path):
     lines = [line for line in done.stdout.splitlines() if "[run]" in line]
     # (torch ddp + jax sharded + jax pmap) x 2 batches x 2 precisions x 3 device counts
     assert len(lines) == 3 * 2 * 2 * 3
-    combos = {tuple(line.split()[2:7]) for line in lines}
+    combos = {tuple(line.split()[2:9]) for line in lines}  # backend/strategy ... precision
     assert len(combos) == len(lines)
     assert not (tmp_path / "r.csv").exists()
 
