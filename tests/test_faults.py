@@ -15,7 +15,6 @@ from conftest import REPO, TINY_DIGITS, run_cli, write_spec
 
 from cnnbench import results
 
-
 # Every command these tests start carries this marker in its environment, which the worker
 # processes inherit: leftovers are found by it, not confused with other cnnbench processes.
 MARK = {"CNNBENCH_TEST_MARK": uuid.uuid4().hex}
