@@ -74,7 +74,7 @@ def test_hang_is_killed_at_timeout(tmp_path):
     done = run_cli("run", _spec(tmp_path, timeout=25), "--out", out,
                    env={"CNNBENCH_FAULT": "rank=1,step=3,kind=hang", **MARK})
     elapsed = time.monotonic() - started
-    assert done.returncode == 1 and elapsed < 25 + 15 + 10  # + the CLI's own start-up
+    assert done.returncode == 1 and elapsed < 25 + 15
     (row,) = _assert_clean_csv(out, 1)
     assert row["status"] == "failed" and "timed out after 25 s" in row["error"]
     assert not _workers()
