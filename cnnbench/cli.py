@@ -78,7 +78,7 @@ def run(
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not regenerate the charts.")] = False,
 ) -> None:
     """Run an experiment: every backend x strategy x device count x trial, one row each."""
-    from cnnbench.execute import execute_runs, format_table
+    from cnnbench.execute import execute_runs
     from cnnbench.runs import expand
     from cnnbench.spec import load_spec
 
@@ -95,13 +95,7 @@ def run(
                   trials=trials, hosts=hosts, host_rank=host_rank, coordinator=coordinator,
                   device_kind=device)
     rows = execute_runs(runs, out, verbose=verbose, peak_tflops=peak_tflops)
-    print(format_table(rows))
-    if host_rank == 0:
-        print(f"appended {len(rows)} row(s) to {out}")
-        if not no_report:
-            _report_after_run(out)
-    if any(r["status"] == "failed" for r in rows):
-        raise typer.Exit(1)
+    _finish(rows, out, wrote=host_rank == 0, report=not no_report)
 
 
 @app.command()
@@ -118,7 +112,7 @@ def sweep(
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not regenerate the charts.")] = False,
 ) -> None:
     """Run every run of a spec that has no ok row in OUT yet: an interrupted sweep resumes."""
-    from cnnbench.execute import execute_runs, format_table, split_done
+    from cnnbench.execute import execute_runs, split_done
     from cnnbench.runs import expand
     from cnnbench.spec import load_spec
 
@@ -136,13 +130,7 @@ def sweep(
     if done:
         print(f"skipping {len(done)} run(s) already ok in {out}", file=sys.stderr)
     rows = execute_runs(todo, out, verbose=verbose, peak_tflops=peak_tflops)
-    if rows:
-        print(format_table(rows))
-    print(f"appended {len(rows)} row(s) to {out}")
-    if not no_report:
-        _report_after_run(out)
-    if any(r["status"] == "failed" for r in rows):
-        raise typer.Exit(1)
+    _finish(rows, out, wrote=True, report=not no_report)
 
 
 @app.command()
@@ -173,6 +161,20 @@ def report(
     made = build_report(paths, out or report_dir_for(paths[0]), model, dataset, device_type)
     for name, files in made.files.items():
         print(f"{name}: {', '.join(map(str, files))}")
+
+
+def _finish(rows: list[dict], out: Path, wrote: bool, report: bool) -> None:
+    """The end of `run` and `sweep`: the table, the charts, exit code 1 if any run failed."""
+    from cnnbench.execute import format_table
+
+    if rows:
+        print(format_table(rows))
+    if wrote:  # on hosts other than 0 nothing was appended
+        print(f"appended {len(rows)} row(s) to {out}")
+        if report:
+            _report_after_run(out)
+    if any(r["status"] == "failed" for r in rows):
+        raise typer.Exit(1)
 
 
 def _report_after_run(out: Path) -> None:

@@ -107,6 +107,22 @@ def _devices_axis(ax, devices) -> None:
     ax.set_xlabel("devices")
 
 
+def _finish_chart(report: Report, fig, name: str, title: str, ylabel: str, frame: pd.DataFrame,
+                  devices: pd.Series | None = None) -> None:
+    """Axis labels, title (with the emulation note), legend; save as PNG and SVG; close."""
+    import matplotlib.pyplot as plt
+
+    ax = fig.axes[0]
+    if devices is not None:
+        _devices_axis(ax, devices)
+    ax.set_ylabel(ylabel)
+    ax.set_title(_title(title, frame))
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    _save(fig, report, name)
+    plt.close(fig)
+
+
 def _save(fig, report: Report, name: str) -> None:
     report.figures[name] = fig
     paths = []
@@ -140,24 +156,16 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
         if not base.empty and scaling == "weak":
             ns = np.array(sorted(part["devices"]))
             ax.plot(ns, base["ips"].iloc[0] * ns, ls=":", color="grey", lw=1)
-    _devices_axis(ax, agg["devices"])
-    ax.set_ylabel("images / s (all devices)")
-    ax.set_title(_title("Throughput vs devices (dotted: ideal linear)", frame))
-    ax.legend(fontsize=7)
-    _save(fig, report, "throughput")
-    plt.close(fig)
+    _finish_chart(report, fig, "throughput", "Throughput vs devices (dotted: ideal linear)",
+                  "images / s (all devices)", frame, agg["devices"])
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     if not eff.empty:
         for (label, scaling), part in eff.groupby(["label", "scaling"]):
             ax.plot(part["devices"], part["efficiency"], marker="o", label=f"{label} ({scaling} scaling)")
         ax.axhline(1.0, color="grey", ls=":", lw=1)
-    _devices_axis(ax, agg["devices"])
-    ax.set_ylabel("scaling efficiency")
-    ax.set_title(_title("Scaling efficiency (weak: ips(N)/(N ips(1)); strong: t(1)/(N t(N)))", frame))
-    ax.legend(fontsize=7)
-    _save(fig, report, "efficiency")
-    plt.close(fig)
+    _finish_chart(report, fig, "efficiency", "Scaling efficiency (weak: ips(N)/(N ips(1)); strong: t(1)/(N t(N)))",
+                  "scaling efficiency", frame, agg["devices"])
 
     first = agg.groupby(["label", "model"], dropna=False).agg(
         first_step_s=("first_step_s", "median")).reset_index()
@@ -165,23 +173,15 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
     fig, ax = plt.subplots(figsize=(7, 4.5))
     names = [f"{r.label}\n{r.model}" for r in first.itertuples()]
     ax.bar(names, first["first_step_s"])
-    ax.set_ylabel("first step (compile + run), s")
-    ax.set_title(_title("First-step time", frame))
     ax.tick_params(axis="x", labelsize=7)
-    _save(fig, report, "first_step")
-    plt.close(fig)
+    _finish_chart(report, fig, "first_step", "First-step time", "first step (compile + run), s", frame)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (label, scaling, model_name, precision), part in series:
         spread = [part["step_ms"] - part["p10"], part["p90"] - part["step_ms"]]
         ax.errorbar(part["devices"], part["step_ms"], yerr=spread, marker="o", capsize=3,
                     label=f"{label} {model_name} {precision} ({scaling})")
-    _devices_axis(ax, agg["devices"])
-    ax.set_ylabel("step time, ms (median, p10-p90)")
-    ax.set_title(_title("Step time", frame))
-    ax.legend(fontsize=7)
-    _save(fig, report, "step_time")
-    plt.close(fig)
+    _finish_chart(report, fig, "step_time", "Step time", "step time, ms (median, p10-p90)", frame, agg["devices"])
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     curves = {}
@@ -198,22 +198,13 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
             ax.plot(curve["wall_s"], curve["acc"], marker=".", label=key)
     report.tables["accuracy_time"] = curves
     ax.set_xlabel("training wall time, s")
-    ax.set_ylabel("test accuracy")
-    ax.set_title(_title("Test accuracy vs training time", frame))
-    if curves:
-        ax.legend(fontsize=6)
-    _save(fig, report, "accuracy_time")
-    plt.close(fig)
+    _finish_chart(report, fig, "accuracy_time", "Test accuracy vs training time", "test accuracy", frame)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (label, scaling, model_name, precision), part in series:
         ax.plot(part["devices"], part["memory_mb"], marker="o", label=f"{label} {model_name} {precision} ({scaling})")
-    _devices_axis(ax, agg["devices"])
-    ax.set_ylabel("peak memory of device 0, MiB (CPU: process RSS)")
-    ax.set_title(_title("Peak memory per device", frame))
-    ax.legend(fontsize=7)
-    _save(fig, report, "memory")
-    plt.close(fig)
+    _finish_chart(report, fig, "memory", "Peak memory per device", "peak memory of device 0, MiB (CPU: process RSS)",
+                  frame, agg["devices"])
 
     summary = summary_table(agg, eff)
     report.tables["summary"] = summary
