@@ -173,7 +173,7 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
     fig, ax = plt.subplots(figsize=(7, 4.5))
     names = [f"{r.label}\n{r.model}" for r in first.itertuples()]
     ax.bar(names, first["first_step_s"])
-    ax.tick_params(axis="x", labelsize=7)
+    ax.tick_params(axis="x", labelsize=7, labelrotation=30)
     _finish_chart(report, fig, "first_step", "First-step time", "first step (compile + run), s", frame)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
