@@ -8,7 +8,7 @@ PyTorch, TensorFlow or JAX (which must never share a process).
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 
 
@@ -19,6 +19,8 @@ class BackendEntry:
     strategies: tuple[str, ...]  # the first is the default
     packages: tuple[str, ...]  # distributions whose versions are stamped on rows
     install_hint: str
+    # Packages that only some strategies use (the engine under Keras), stamped on their rows.
+    strategy_packages: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 REGISTRY: dict[str, BackendEntry] = {
@@ -32,6 +34,10 @@ REGISTRY: dict[str, BackendEntry] = {
         BackendEntry("jax", "backends.jax_spmd", ("sharded", "pmap"),
                      ("jax", "jaxlib", "flax", "optax"),
                      "pip install jax flax optax (GPU: jax[cuda12])"),
+        BackendEntry("keras", "backends.keras_engines", ("keras-jax", "keras-torch", "keras-tensorflow"),
+                     ("keras",), "pip install keras plus the engine: jax, torch or tensorflow-cpu",
+                     strategy_packages={"keras-jax": ("jax", "jaxlib"), "keras-torch": ("torch",),
+                                        "keras-tensorflow": ("tensorflow", "tensorflow-cpu")}),
     )
 }
 

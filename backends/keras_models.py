@@ -1,6 +1,7 @@
 """The three networks as Keras 3 functional models (any Keras engine), NHWC.
 
-Layer names are the neutral layer names (``layer1.0.conv1``), so weight conversion is by name.
+Layer names are the neutral layer names with "_" for "." (``layer1_0_conv1``; the PyTorch engine
+refuses dots in names, and neutral layer names have no "_"), so weight conversion is by name.
 PyTorch pads 3x3/stride-2 convolutions symmetrically while Keras' "same" pads (0, 1) on even
 inputs, so strided convolutions get an explicit ZeroPadding2D and "valid" padding: the networks
 compute the same function, not merely the same shapes.
@@ -34,23 +35,28 @@ def dense_init() -> keras.initializers.Initializer:
     return keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform")
 
 
+def keras_name(neutral: str) -> str:
+    """The Keras layer name of a neutral layer name."""
+    return neutral.replace(".", "_")
+
+
 class _Builder:
     def __init__(self, sync_bn: bool) -> None:
         self.sync_bn = sync_bn
 
     def conv(self, x, filters: int, k: int, stride: int, name: str, bias: bool = False):
         if stride > 1 and k > 1:
-            x = layers.ZeroPadding2D(k // 2, name=f"{name}.pad")(x)
+            x = layers.ZeroPadding2D(k // 2, name=keras_name(f"{name}.pad"))(x)
             padding = "valid"
         else:
             padding = "same"
-        return layers.Conv2D(filters, k, stride, padding=padding, use_bias=bias, name=name,
+        return layers.Conv2D(filters, k, stride, padding=padding, use_bias=bias, name=keras_name(name),
                              kernel_initializer=conv_init(), bias_initializer="zeros")(x)
 
     def bn(self, x, name: str):
         # Keras' momentum is the weight of the *old* statistic: 1 - PyTorch's momentum.
         kwargs = {"synchronized": True} if self.sync_bn else {}
-        return layers.BatchNormalization(momentum=1.0 - BN_MOMENTUM, epsilon=BN_EPSILON, name=name,
+        return layers.BatchNormalization(momentum=1.0 - BN_MOMENTUM, epsilon=BN_EPSILON, name=keras_name(name),
                                          **kwargs)(x)
 
     def basic(self, x, cin: int, width: int, stride: int, name: str):
@@ -120,7 +126,7 @@ def get_neutral_weights(model: keras.Model, num_classes: int) -> dict[str, np.nd
     for layer_name, suffixes in group_by_layer(neutral_layout(model.name, size, channels, num_classes)).items():
         flatten = flatten_shape(model.name, layer_name, size)
         # Keras keeps (kernel, bias) and (gamma, beta, moving_mean, moving_variance): the neutral order.
-        for suffix, variable in zip(suffixes, model.get_layer(layer_name).weights):
+        for suffix, variable in zip(suffixes, model.get_layer(keras_name(layer_name)).weights):
             value = np.asarray(keras.ops.convert_to_numpy(variable), np.float32)
             out[f"{layer_name}.{suffix}"] = hwio_to_neutral(value, flatten)
     return out
@@ -130,5 +136,5 @@ def set_neutral_weights(model: keras.Model, weights: dict[str, np.ndarray], num_
     size, channels = model.input_shape[1], model.input_shape[3]
     for layer_name, suffixes in group_by_layer(neutral_layout(model.name, size, channels, num_classes)).items():
         flatten = flatten_shape(model.name, layer_name, size)
-        for suffix, variable in zip(suffixes, model.get_layer(layer_name).weights):
+        for suffix, variable in zip(suffixes, model.get_layer(keras_name(layer_name)).weights):
             variable.assign(neutral_to_hwio(np.asarray(weights[f"{layer_name}.{suffix}"]), flatten))

@@ -96,7 +96,7 @@ def devices() -> list[str]:
     return [f"{d.device_type}:{d.name}" for d in tf.config.list_physical_devices()]
 
 
-def _configure_devices(tf, run: Run) -> DevicePlan:
+def configure_devices(tf, run: Run) -> DevicePlan:
     """Must run before any TensorFlow op: device configuration is frozen at the first one."""
     gpus = tf.config.list_physical_devices("GPU")
     plan = device_plan(run, len(gpus))
@@ -121,7 +121,7 @@ class TFTrainer:
         from backends.keras_optim import TableSchedule, TorchSGD
 
         self.tf, self.keras, self.run, self.ctx = tf, keras, run, ctx
-        plan = _configure_devices(tf, run)
+        plan = configure_devices(tf, run)
         keras.utils.set_random_seed(run.seed)
         policy = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}.get(run.precision, "float32")
         keras.mixed_precision.set_dtype_policy(policy)
@@ -192,32 +192,16 @@ class TFTrainer:
 
     def run_loop(self, protocol) -> None:
         """``fit``: Keras owns the loop; a callback calls the shared protocol's hooks."""
-        keras, run = self.keras, self.run
-        trainer = self
+        from backends.keras_fit import ProtocolCallback
 
-        class ProtocolCallback(keras.callbacks.Callback):
-            # Only *_begin hooks and on_epoch_end: a batch-end hook would make Keras read the
-            # logs (a host sync) after every step, which plain fit does not do.
-            def on_train_batch_begin(self, batch, logs=None):
-                step = self.epoch * self.steps + batch
-                if batch > 0:
-                    protocol.after_step(step - 1)
-                protocol.before_step(step)
-
-            def on_epoch_begin(self, epoch, logs=None):
-                self.epoch = epoch
-
-            def on_epoch_end(self, epoch, logs=None):
-                trainer._fit_loss = float(logs["loss"])
-                protocol.after_step((epoch + 1) * self.steps - 1)
-
-        callback = ProtocolCallback()
-        callback.steps = run.steps_per_epoch or run.total_steps
+        run = self.run
+        steps = run.steps_per_epoch or run.total_steps
+        self._fit_callback = ProtocolCallback(protocol, steps)
         with self.strategy.scope():
             self.model.compile(optimizer=self.optimizer, jit_compile=run.compile,
-                               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        self.model.fit(self._dataset, epochs=run.epochs or 1, steps_per_epoch=callback.steps,
-                       callbacks=[callback], verbose=0)
+                               loss=self.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        self.model.fit(self._dataset, epochs=run.epochs or 1, steps_per_epoch=steps,
+                       callbacks=[self._fit_callback], verbose=0)
 
     def sync(self) -> None:
         if self.run.hosts > 1:
@@ -231,7 +215,7 @@ class TFTrainer:
     # -- evaluation and inspection -------------------------------------------------------------
     def train_loss(self) -> float:
         if self.run.strategy == "fit":
-            return getattr(self, "_fit_loss", float("nan"))
+            return self._fit_callback.last_loss
         losses = [float(v) for v in self._losses]
         self._losses = []
         return float(np.mean(losses)) if losses else float("nan")

@@ -23,23 +23,38 @@ def package_version(name: str) -> str | None:
         return None
 
 
-def backend_versions(backend: str) -> dict[str, str]:
-    """Installed versions of the backend's packages (missing ones left out)."""
-    found = {name: package_version(name) for name in REGISTRY[backend].packages}
+def _packages(backend: str, strategy: str | None) -> tuple[str, ...]:
+    entry = REGISTRY[backend]
+    return entry.packages + entry.strategy_packages.get(strategy or "", ())
+
+
+def backend_versions(backend: str, strategy: str | None = None) -> dict[str, str]:
+    """Installed versions of the backend's packages (and its strategy's engine; missing ones left out)."""
+    found = {name: package_version(name) for name in _packages(backend, strategy)}
     return {name: version for name, version in found.items() if version}
 
 
-def backend_version(backend: str) -> str | None:
-    """Version of the framework itself; None when it is not installed."""
-    versions = backend_versions(backend)
-    for name in REGISTRY[backend].packages:
+def backend_version(backend: str, strategy: str | None = None) -> str | None:
+    """Version of the framework itself; None when it is not installed.
+
+    Keras strategies name an engine: their version is both, e.g. ``3.15.1 (jax 0.10.2)``, and None
+    when either is missing."""
+    entry, versions = REGISTRY[backend], backend_versions(backend, strategy)
+    if entry.strategy_packages:
+        own = versions.get(entry.packages[0])
+        engine = entry.strategy_packages.get(strategy or "")
+        if own is None or engine is None:
+            return own if strategy is None else None
+        found = [versions[name] for name in engine if name in versions]
+        return f"{own} ({engine[0]} {found[0]})" if found else None
+    for name in entry.packages:
         if name in versions and name != "keras":  # tensorflow's version, not keras'
             return versions[name]
     return None
 
 
-def stack_versions(backend: str) -> str:
-    return ";".join(f"{k}={v}" for k, v in sorted(backend_versions(backend).items()))
+def stack_versions(backend: str, strategy: str | None = None) -> str:
+    return ";".join(f"{k}={v}" for k, v in sorted(backend_versions(backend, strategy).items()))
 
 
 @functools.cache

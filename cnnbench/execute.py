@@ -34,9 +34,9 @@ def _summary(row: dict[str, Any]) -> str:
 def execute_one(run: Run, *, verbose: bool = False, peak_tflops: float | None = None
                 ) -> tuple[dict[str, Any], list[dict]]:
     """(row, per-epoch history) of one run; a missing framework gives a skipped row."""
-    if envinfo.backend_version(run.backend) is None:
+    if envinfo.backend_version(run.backend, run.strategy) is None:
         hint = REGISTRY[run.backend].install_hint
-        return skipped_row(run, f"{run.backend} is not installed; {hint}"), []
+        return skipped_row(run, f"{run.backend}/{run.strategy} is not installed; {hint}"), []
     outcome = launch(run, verbose=verbose)
     if outcome.status != "ok" and not verbose:
         for line in outcome.log_tail[-15:]:

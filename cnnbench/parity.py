@@ -87,10 +87,23 @@ def installed_backends() -> list[str]:
     return [name for name in REGISTRY if envinfo.backend_version(name)]
 
 
+def participants(backends: list[str]) -> list[tuple[str, str, str]]:
+    """(label, backend, strategy) compared: each backend's default strategy; for keras, every
+    installed engine, since the same Keras model runs on each (labelled by the strategy)."""
+    found = []
+    for backend in backends:
+        entry = REGISTRY[backend]
+        if entry.strategy_packages:
+            found += [(s, backend, s) for s in entry.strategies if envinfo.backend_version(backend, s)]
+        else:
+            found.append((backend, backend, entry.strategies[0]))
+    return found
+
+
 def run_parity(models: list[str], backends: list[str], perturb: tuple[str, str] | None = None,
                seed: int = 0) -> list[Check]:
-    """All checks for the models across the backends; ``perturb=(backend, tensor)`` changes one
-    weight that one backend receives (the tests use it to prove a mismatch is caught)."""
+    """All checks for the models across the backends; ``perturb=(label, tensor)`` changes one
+    weight that one participant receives (the tests use it to prove a mismatch is caught)."""
     checks = []
     for model in models:
         size, channels, classes, batch = PARITY_CONFIGS[model]
@@ -102,14 +115,14 @@ def run_parity(models: list[str], backends: list[str], perturb: tuple[str, str] 
         x = rng.standard_normal((batch, channels, size, size)).astype(np.float32)
         y = rng.integers(0, classes, batch)
         found: dict[str, ProbeResult] = {}
-        for backend in backends:
+        for label, backend, strategy in participants(backends):
             weights = dict(start)
-            if perturb and perturb[0] == backend:
+            if perturb and perturb[0] == label:
                 weights[perturb[1]] = weights[perturb[1]] * 1.01
-            run = probe_run(backend, REGISTRY[backend].strategies[0], model, image_size=size, channels=channels,
+            run = probe_run(backend, strategy, model, image_size=size, channels=channels,
                             num_classes=classes, global_batch=batch, lr=PARITY_LR)
-            found[backend] = run_probe(run, weights, x, y, x)
-        for name_a, name_b in itertools.combinations(backends, 2):
+            found[label] = run_probe(run, weights, x, y, x)
+        for name_a, name_b in itertools.combinations(found, 2):
             checks += compare(model, name_a, found[name_a], name_b, found[name_b], start)
     return checks
 

@@ -88,6 +88,14 @@ class JaxOptions:
 
 
 @dataclass(frozen=True)
+class KerasOptions:
+    """Keras 3 backend options: one Keras model trained by model.fit on the engine each strategy names."""
+
+    strategies: tuple[str, ...] = _f(("keras-jax",), "keras-jax, keras-torch, keras-tensorflow.",
+                                     choices=REGISTRY["keras"].strategies)
+
+
+@dataclass(frozen=True)
 class Spec:
     """One experiment: a model, a dataset, and the axes to sweep."""
 
@@ -120,6 +128,7 @@ class Spec:
     torch: TorchOptions = _f(TorchOptions(), "PyTorch options.")
     tensorflow: TensorflowOptions = _f(TensorflowOptions(), "TensorFlow options.")
     jax: JaxOptions = _f(JaxOptions(), "JAX options.")
+    keras: KerasOptions = _f(KerasOptions(), "Keras 3 options.")
     source: str = field(default="<spec>", metadata={"internal": True})
 
     def backend_options(self, backend: str) -> Any:

@@ -1,5 +1,7 @@
 """Run as a script in its own process: `python tests/framework_shapes.py BACKEND`.
 
+BACKEND is torch, tensorflow, jax, or keras-ENGINE (the Keras models on the jax or torch engine).
+
 Builds the three models natively in one framework and prints, as JSON, each model's trainable
 parameter count and its weights' neutral names and shapes in order. One framework per process.
 """
@@ -7,6 +9,7 @@ parameter count and its weights' neutral names and shapes in order. One framewor
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 
@@ -26,7 +29,8 @@ def keras_shapes(model, size, channels, classes):
 
     net = build_model(model, size, channels, classes)
     weights = get_neutral_weights(net, classes)
-    return int(sum(v.numpy().size for v in net.trainable_variables)), [(k, list(v.shape)) for k, v in weights.items()]
+    params = int(sum(math.prod(v.shape) for v in net.trainable_variables))
+    return params, [(k, list(v.shape)) for k, v in weights.items()]
 
 
 def flax_shapes(model, size, channels, classes):
@@ -45,10 +49,10 @@ def flax_shapes(model, size, channels, classes):
 
 if __name__ == "__main__":
     backend = sys.argv[1]
-    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    os.environ["KERAS_BACKEND"] = backend.removeprefix("keras-") if backend.startswith("keras-") else "tensorflow"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-    fn = {"torch": torch_shapes, "tensorflow": keras_shapes, "jax": flax_shapes}[backend]
+    fn = {"torch": torch_shapes, "jax": flax_shapes}.get(backend, keras_shapes)
     out = {}
     for config in CONFIGS:
         params, layout = fn(*config)

@@ -22,7 +22,8 @@ def _shapes(backend: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("backend", ["torch", "tensorflow", "jax"])
+# keras-tensorflow is the "tensorflow" entry: the same Keras models on the same engine.
+@pytest.mark.parametrize("backend", ["torch", "tensorflow", "jax", "keras-jax", "keras-torch"])
 def test_param_counts_and_layout(backend):
     found = _shapes(backend)
     for (model, size, channels, classes), expected in REFERENCE_PARAMS.items():

@@ -20,3 +20,12 @@ def test_a_perturbed_weight_fails_parity():
     checks = run_parity(["smallcnn"], ["torch", "jax"], perturb=("jax", "conv2.weight"))
     failed = {c.what for c in checks if not c.ok}
     assert "forward rel L2" in failed and "weights after step rel L2" in failed
+
+
+def test_keras_engines_agree_with_native_pytorch():
+    """The one Keras model on the JAX, PyTorch and TensorFlow engines computes PyTorch's step."""
+    checks = run_parity(["smallcnn"], ["torch", "keras"])
+    failed = [c for c in checks if not c.ok]
+    assert not failed, format_checks(failed)
+    pairs = {c.pair for c in checks if c.pair != "layout"}
+    assert "torch vs keras-torch" in pairs and "keras-jax vs keras-tensorflow" in pairs and len(pairs) == 6
