@@ -56,6 +56,18 @@ def build(run: Run, ctx: BuildContext):
     return JaxTrainer(run, ctx)
 
 
+def infer_unsupported(variant) -> str | None:
+    if variant.channels_last:
+        return "XLA picks the layout itself (Flax models take NHWC); channels_last is a PyTorch option"
+    return None
+
+
+def build_inference(run: Run, variant):
+    from backends.jax_infer import JaxInference
+
+    return JaxInference(run, variant)
+
+
 def devices() -> list[str]:
     import jax
 
@@ -252,6 +264,11 @@ class JaxTrainer:
         params, batch_stats = neutral_to_state(weights, run.model, run.image_size, run.channels, run.num_classes)
         state = {"params": params, "batch_stats": batch_stats, "opt_state": self.tx.init(params)}
         self.state = self._replicate(state) if self.pmap else self.jax.device_put(state, self.replicated)
+
+    def profiler(self, directory):
+        from backends import profilers
+
+        return profilers.jax_trace(directory)
 
     def peak_memory_bytes(self) -> int | None:
         stats = self.devices[0].memory_stats() if self.run.device_kind == "gpu" else None

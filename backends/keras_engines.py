@@ -255,6 +255,11 @@ class KerasTrainer:
 
         set_neutral_weights(self.model, weights, self.run.num_classes)
 
+    def profiler(self, directory):
+        from backends import profilers
+
+        return profilers.for_engine(self.engine.name, directory, self.run.device_kind == "gpu")
+
     def peak_memory_bytes(self) -> int | None:
         return self.engine.peak_memory_bytes()
 

@@ -90,6 +90,20 @@ def build(run: Run, ctx: BuildContext):
     return TFTrainer(run, ctx)
 
 
+def infer_unsupported(variant) -> str | None:
+    if variant.channels_last:
+        return "Keras models are channels-last (NHWC) already; channels_last is a PyTorch option"
+    if variant.pinned:
+        return "TensorFlow stages host inputs itself and has no pinned-memory option"
+    return None
+
+
+def build_inference(run: Run, variant):
+    from backends.tf_infer import TFInference
+
+    return TFInference(run, variant)
+
+
 def devices() -> list[str]:
     import tensorflow as tf
 
@@ -251,6 +265,11 @@ class TFTrainer:
         from backends.keras_models import set_neutral_weights
 
         set_neutral_weights(self.model, weights, self.run.num_classes)
+
+    def profiler(self, directory):
+        from backends import profilers
+
+        return profilers.tf_trace(directory)
 
     def peak_memory_bytes(self) -> int | None:
         if self.run.device_kind == "gpu":

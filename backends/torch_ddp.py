@@ -41,6 +41,17 @@ def build(run: Run, ctx: BuildContext) -> TorchTrainer:
     return TorchTrainer(run, ctx)
 
 
+def infer_unsupported(variant) -> str | None:
+    """Every inference toggle applies to PyTorch (fp16 and pinned memory on GPUs only)."""
+    return None
+
+
+def build_inference(run: Run, variant):
+    from backends.torch_infer import TorchInference
+
+    return TorchInference(run, variant)
+
+
 class TorchTrainer:
     def __init__(self, run: Run, ctx: BuildContext) -> None:
         import torch
@@ -239,6 +250,11 @@ class TorchTrainer:
         if self.device.type == "cuda":
             return torch.cuda.max_memory_allocated(self.device)
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def profiler(self, directory):
+        from backends import profilers
+
+        return profilers.torch_trace(directory, self.run.device_kind == "gpu")
 
     def close(self) -> None:
         import torch.distributed as dist

@@ -74,6 +74,8 @@ def run(
     host_rank: Annotated[int, typer.Option(min=0, help="This host's rank, 0..hosts-1.")] = 0,
     coordinator: Annotated[str, typer.Option(help="ADDR:PORT of host 0, for hosts > 1.")] = "",
     peak_tflops: Annotated[Optional[float], typer.Option(help="Device peak TFLOP/s for the mfu column.")] = None,
+    profile: Annotated[Optional[Path], typer.Option(
+        help="Trace the first timed window of each run into DIR/<run_id> (left out of the timing).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream worker output.")] = False,
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not regenerate the charts.")] = False,
 ) -> None:
@@ -94,6 +96,11 @@ def run(
     runs = expand(parsed, backends=_parse_backends(backend), devices=_parse_devices(devices),
                   trials=trials, hosts=hosts, host_rank=host_rank, coordinator=coordinator,
                   device_kind=device)
+    if profile:
+        if parsed.timing.windows < 2:
+            raise UserError(f"--profile: needs timing.windows >= 2 (the traced window is left out of the "
+                            f"timing); {parsed.source} has {parsed.timing.windows}")
+        runs = [dataclasses.replace(r, profile_dir=str(profile.resolve() / r.run_id)) for r in runs]
     rows = execute_runs(runs, out, verbose=verbose, peak_tflops=peak_tflops)
     _finish(rows, out, wrote=host_rank == 0, report=not no_report)
 
@@ -188,6 +195,45 @@ def _report_after_run(out: Path) -> None:
         print(f"cnnbench: no charts: {exc}", file=sys.stderr)
     except Exception as exc:  # noqa: BLE001 - the rows are written; a chart bug must not hide that
         print(f"cnnbench: charts failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+@app.command()
+def infer(
+    spec: Annotated[Path, typer.Argument(help="Experiment TOML with [infer] (and [serve]) tables.")],
+    backend: BackendOpt = None,
+    out: Annotated[Path, typer.Option(help="Results CSV to append to.")] = Path("results") / "infer.csv",
+    device: Annotated[Optional[str], typer.Option(help="cpu or gpu (overrides the spec's device).")] = None,
+    profile: Annotated[Optional[Path], typer.Option(help="Trace one window of the largest sweep batch here.")] = None,
+    peak_tflops: Annotated[Optional[float], typer.Option(help="Device peak TFLOP/s for the mfu column.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream worker output.")] = False,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Do not regenerate the charts.")] = False,
+) -> None:
+    """Inference: batch-size sweep, optimisation ablation and dynamic batching under load."""
+    from cnnbench.execute import INFER_TABLE, execute_infer, format_table
+    from cnnbench.infer_plan import expand_infer
+    from cnnbench.spec import load_spec
+
+    if device not in (None, "cpu", "gpu"):
+        raise UserError(f"--device: expected cpu or gpu, found {device!r}")
+    runs, skipped = expand_infer(load_spec(spec), backends=_parse_backends(backend), device_kind=device,
+                                 profile_dir=str(profile.resolve()) if profile else "")
+    rows = execute_infer(runs, skipped, out, verbose=verbose, peak_tflops=peak_tflops)
+    print(format_table(rows, INFER_TABLE))
+    print(f"appended {len(rows)} row(s) to {out}")
+    if not no_report:
+        _report_after_run(out)
+    if any(r["status"] == "failed" for r in rows):
+        raise typer.Exit(1)
+
+
+@app.command()
+def upgrade(csv: Annotated[list[Path], typer.Argument(help="Results CSVs written by an older cnnbench.")]) -> None:
+    """Rewrite older results files in the current row format (added columns left empty)."""
+    from cnnbench.results import upgrade_file
+
+    for path in csv:
+        count = upgrade_file(path)
+        print(f"{path}: {'upgraded ' + str(count) + ' row(s)' if count else 'already current'}")
 
 
 @app.command()

@@ -11,7 +11,7 @@ from typing import Any
 from backends import REGISTRY
 from cnnbench import envinfo, results
 from cnnbench.launch import launch
-from cnnbench.rows import outcome_row, skipped_row
+from cnnbench.rows import infer_rows, outcome_row, skipped_row, skipped_variant_row
 from cnnbench.runs import Run
 from cnnbench.schema import CONFIG_KEY
 
@@ -86,9 +86,44 @@ def execute_runs(runs: Sequence[Run], out: Path, *, verbose: bool = False,
     return rows
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
+def execute_infer(runs: Sequence[Run], skipped: Sequence[tuple[Run, Any, str]], out: Path, *,
+                  verbose: bool = False, peak_tflops: float | None = None) -> list[dict[str, Any]]:
+    """One worker per backend and precision runs its jobs; its rows are appended when it ends."""
+    results.check_appendable(out)
+    rows = [skipped_variant_row(run, variant, reason, run.global_batch) for run, variant, reason in skipped]
+    if rows:
+        results.append_rows(out, rows)
+        for row in rows:
+            _say(f"skipped {row['backend']} {row['variant']}: {row['error']}")
+    for index, run in enumerate(runs, start=1):
+        _say(f"[{index}/{len(runs)}] {run.backend} infer {run.model} {run.precision}: "
+             f"{len(run.infer['jobs'])} job(s) ...")
+        started = time.perf_counter()
+        if envinfo.backend_version(run.backend) is None:
+            reason = f"{run.backend} is not installed; {REGISTRY[run.backend].install_hint}"
+            new = [skipped_variant_row(run, run.infer["jobs"][0]["variant"], reason, run.global_batch)]
+        else:
+            outcome = launch(run, verbose=verbose)
+            if outcome.status != "ok" and not verbose:
+                for line in outcome.log_tail[-15:]:
+                    _say(f"    | {line}")
+            new = infer_rows(run, outcome, peak_tflops)
+        results.append_rows(out, new)
+        rows += new
+        failed = sum(r["status"] == "failed" for r in new)
+        _say(f"[{index}/{len(runs)}] {len(new) - failed} ok, {failed} failed ({time.perf_counter() - started:.1f} s)")
+    return rows
+
+
+INFER_TABLE = [("backend", "backend"), ("mode", "mode"), ("variant", "variant"), ("precision", "prec"),
+               ("global_batch", "batch"), ("arrival_rate_rps", "req/s"), ("images_per_sec", "img/s"),
+               ("step_time_ms_median", "batch ms"), ("latency_ms_p50", "p50 ms"), ("latency_ms_p99", "p99 ms"),
+               ("first_step_s", "first s"), ("status", "status")]
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]] | None = None) -> str:
     """A plain-text table of the rows just written."""
-    columns = [("backend", "backend"), ("strategy", "strategy"), ("devices", "dev"),
+    columns = columns or [("backend", "backend"), ("strategy", "strategy"), ("devices", "dev"),
                ("device_type", "device"), ("global_batch", "batch"), ("precision", "prec"),
                ("images_per_sec", "img/s"), ("step_time_ms_median", "step ms"),
                ("first_step_s", "first s"), ("test_accuracy", "acc"), ("status", "status")]

@@ -83,9 +83,11 @@ def peak_tflops(device_name: str, precision: str) -> float | None:
     return None
 
 
-def mfu(gflops_fwd: float, images_per_sec: float, devices: int, peak: float | None) -> float | None:
-    """Achieved training FLOP/s over the devices' combined peak; None when the peak is unknown."""
+def mfu(gflops_fwd: float, images_per_sec: float, devices: int, peak: float | None,
+        passes: float = TRAIN_FLOPS_PER_FORWARD) -> float | None:
+    """Achieved FLOP/s over the devices' combined peak (training: 3 forward passes' worth per
+    image; inference: passes=1); None when the peak is unknown."""
     if not peak or not images_per_sec:
         return None
-    achieved = TRAIN_FLOPS_PER_FORWARD * gflops_fwd * 1e9 * images_per_sec
+    achieved = passes * gflops_fwd * 1e9 * images_per_sec
     return achieved / (peak * 1e12 * devices)

@@ -140,9 +140,17 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    frame = load(paths, model, dataset, device_type)
+    everything = load(paths, model, dataset, device_type)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = Report(out_dir)
+    inference = everything[everything["mode"].isin(["infer", "serve"])]
+    if not inference.empty:
+        from cnnbench import report_infer
+
+        report_infer.draw(inference, report, _finish_chart)
+    frame = everything[~everything["mode"].isin(["infer", "serve"])]
+    if frame.empty:
+        return report
     agg = aggregate(frame)
     eff = efficiency(agg)
     report.tables.update(aggregate=agg, efficiency=eff)

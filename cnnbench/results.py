@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cnnbench.errors import ResultsFileError
-from cnnbench.schema import COLUMN_NAMES, format_cell, parse_cell
+from cnnbench.schema import ADDED_IN_V2, COLUMN_NAMES, SCHEMA_VERSION, format_cell, parse_cell
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -68,7 +68,7 @@ def _check_existing(path: Path, header: Sequence[str]) -> bool:
     if next(csv.reader([first]), []) != list(header):
         raise ResultsFileError(
             f"{path}: its header is not cnnbench's current row format (another schema version or "
-            f"another tool's file); write to a new file with --out"
+            f"another tool's file); write to a new file with --out, or `cnnbench upgrade` an older file"
         )
     if last_byte != b"\n":
         raise ResultsFileError(f"{path}: the last line is incomplete (file damaged); repair it first")
@@ -113,6 +113,27 @@ def append_history(results_csv: Path, run_id: str, history: Sequence[dict[str, A
     append_table(history_path(results_csv), HISTORY_COLUMNS, rows,
                  lambda name, value: "" if value is None else (f"{value:.6g}" if isinstance(value, float)
                                                                else str(value)))
+
+
+def upgrade_file(path: Path) -> int:
+    """Rewrite a schema-version-1 results file in the current format (new columns empty); returns
+    the rows rewritten, 0 when the file is already current. Atomic: a new file replaces the old."""
+    if not path.is_file():
+        raise ResultsFileError(f"{path}: no such results file")
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        header = reader.fieldnames or []
+        rows = list(reader)
+    if header == list(COLUMN_NAMES):
+        return 0
+    old = [name for name in COLUMN_NAMES if name not in ADDED_IN_V2]
+    if header != old:
+        raise ResultsFileError(f"{path}: neither schema version 1 nor the current format; not changed")
+    typed = [{**{k: parse_cell(k, v) for k, v in row.items()}, "schema_version": SCHEMA_VERSION} for row in rows]
+    tmp = path.with_name(path.name + ".upgrade.tmp")
+    tmp.write_bytes(_render(COLUMN_NAMES, typed, True, format_cell))
+    os.replace(tmp, path)
+    return len(rows)
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:

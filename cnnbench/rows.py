@@ -69,8 +69,10 @@ def outcome_row(run: Run, outcome: Outcome, peak_tflops: float | None = None) ->
     for name in ("first_step_s", "step_time_ms_median", "step_time_ms_p10", "step_time_ms_p90",
                  "images_per_sec", "images_per_sec_per_device", "peak_memory_mb", "params",
                  "train_loss_final", "test_loss", "test_accuracy", "time_to_accuracy_s",
-                 "train_wall_s", "device_name", "python"):
+                 "train_wall_s", "device_name", "python", "profile_path"):
         row[name] = result.get(name)
+    if result.get("window_step_ms"):  # with --profile, the traced window is not among them
+        row["windows"] = len(result["window_step_ms"])
     peak = peak_tflops or flops.peak_tflops(row["device_name"] or "", run.precision)
     row["mfu"] = flops.mfu(row["gflops_per_image"], row["images_per_sec"], run.devices, peak)
     return row
@@ -78,5 +80,70 @@ def outcome_row(run: Run, outcome: Outcome, peak_tflops: float | None = None) ->
 
 def skipped_row(run: Run, reason: str) -> dict[str, Any]:
     row = base_row(run)
+    row["status"], row["error"] = STATUS_SKIPPED, reason
+    return row
+
+
+# -- inference -----------------------------------------------------------------------------------
+
+INFER_RESULT_COLUMNS = (
+    "first_step_s", "step_time_ms_median", "step_time_ms_p10", "step_time_ms_p90", "images_per_sec",
+    "latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "arrival_rate_rps", "requests", "max_batch",
+    "batch_timeout_ms", "mean_batch", "profile_path", "device_name",
+)
+
+
+def infer_base_row(run: Run, job: dict[str, Any]) -> dict[str, Any]:
+    """The configuration of one inference job (a variant at a batch size, or a load level)."""
+    from cnnbench.infer_plan import Variant
+
+    variant = Variant(**job["variant"])
+    row = base_row(run)
+    row.update({
+        "mode": "serve" if job["kind"] == "serve" else "infer", "variant": variant.name,
+        "precision": variant.precision, "compile": variant.compile,
+        "backend_options": variant.options_text(), "per_device_batch": job["batch"],
+        "global_batch": job["batch"], "lr": None, "steps": None, "epochs": None,
+    })
+    if job["kind"] == "serve":
+        row.update({"arrival_rate_rps": job["rate"], "max_batch": job["batch"],
+                    "batch_timeout_ms": job["timeout_ms"], "windows": None, "window_steps": None,
+                    "warmup_steps": None})
+    return row
+
+
+def infer_rows(run: Run, outcome: Outcome, peak_tflops: float | None = None) -> list[dict[str, Any]]:
+    """One row per job; a worker that died takes every job down with its error."""
+    jobs, found = run.infer["jobs"], outcome.result.get("jobs", [])
+    rows = []
+    for index, job in enumerate(jobs):
+        row = infer_base_row(run, job)
+        result = found[index] if outcome.status == "ok" and index < len(found) else {
+            "error": outcome.error or "the worker returned no result for this job"}
+        if "error" in result:
+            row["status"], row["error"] = "failed", result["error"]
+            row["device_name"] = result.get("device_name")
+            rows.append(row)
+            continue
+        row["status"] = "ok"
+        for name in INFER_RESULT_COLUMNS:
+            if name in result:
+                row[name] = result[name]
+        row["images_per_sec_per_device"] = row["images_per_sec"]
+        if result.get("peak_memory_bytes") is not None:
+            row["peak_memory_mb"] = result["peak_memory_bytes"] / 2**20
+        row["python"] = outcome.result.get("python")
+        peak = peak_tflops or flops.peak_tflops(row["device_name"] or "", row["precision"])
+        if job["kind"] != "serve":  # forward only: one forward's FLOPs per image
+            row["mfu"] = flops.mfu(row["gflops_per_image"], row["images_per_sec"], 1, peak, passes=1)
+        rows.append(row)
+    return rows
+
+
+def skipped_variant_row(run: Run, variant: Any, reason: str, batch: int) -> dict[str, Any]:
+    import dataclasses
+
+    fields = variant if isinstance(variant, dict) else dataclasses.asdict(variant)
+    row = infer_base_row(run, {"kind": "ablation", "variant": fields, "batch": batch})
     row["status"], row["error"] = STATUS_SKIPPED, reason
     return row

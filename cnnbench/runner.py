@@ -14,9 +14,11 @@ callbacks, so both paths are timed by the same code.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -34,6 +36,7 @@ class TrainResult:
     test_accuracy: float | None = None
     time_to_accuracy_s: float | None = None
     history: list[dict] = field(default_factory=list)
+    profile_path: str | None = None
 
     def timing_summary(self, global_batch: int, devices: int) -> dict[str, float]:
         ms = np.asarray(self.window_step_ms)
@@ -64,6 +67,12 @@ class Protocol:
         self.train_clock = 0.0  # training wall time, evaluation excluded
         self.last_loss: float | None = None
         self._window_end, self._window_t0, self._clock_t0 = -1, 0.0, 0.0
+        # --profile: the first timed window runs under the framework's tracer and is left out of
+        # the statistics (tracing slows it down); the row names the trace.
+        self.profile_dir = Path(run.profile_dir) if run.profile_dir else None
+        self._trace = contextlib.ExitStack()
+        self._tracing = False
+        self.profiled: str | None = None
 
     def start(self) -> None:
         self.trainer.sync()
@@ -72,6 +81,9 @@ class Protocol:
     def before_step(self, step: int) -> None:
         if step in self.window_ends:
             self.trainer.sync()
+            if self.profile_dir is not None and not self.window_ms and not self._tracing:
+                self._trace.enter_context(self.trainer.profiler(self.profile_dir))
+                self._tracing = True
             self._window_end, self._window_t0 = self.window_ends[step], time.perf_counter()
 
     def after_step(self, step: int) -> None:
@@ -81,8 +93,14 @@ class Protocol:
             self.log(f"first step {self.first_step_s:.2f} s")
         if step + 1 == self._window_end:
             self.trainer.sync()
-            self.window_ms.append((time.perf_counter() - self._window_t0) * 1000.0 / self.run.window_steps)
-            self.log(f"window {len(self.window_ms)}/{self.run.windows}: {self.window_ms[-1]:.2f} ms/step")
+            ms = (time.perf_counter() - self._window_t0) * 1000.0 / self.run.window_steps
+            if self._tracing:
+                self._trace.close()
+                self._tracing, self.profile_dir, self.profiled = False, None, str(self.run.profile_dir)
+                self.log(f"traced window: {ms:.2f} ms/step (left out) -> {self.run.profile_dir}")
+            else:
+                self.window_ms.append(ms)
+                self.log(f"window {len(self.window_ms)}/{self.run.windows}: {self.window_ms[-1]:.2f} ms/step")
         spe = self.steps_per_epoch
         if spe and (step + 1) % spe == 0:
             self._end_epoch((step + 1) // spe)
@@ -106,14 +124,16 @@ class Protocol:
         if not self.steps_per_epoch:
             self.train_clock += time.perf_counter() - self._clock_t0
             self.last_loss = self.trainer.train_loss()
-        if len(self.window_ms) != self.run.windows:
-            raise RuntimeError(f"only {len(self.window_ms)} of {self.run.windows} windows were timed")
+        expected = self.run.windows - (1 if self.run.profile_dir else 0)
+        if len(self.window_ms) != expected:
+            raise RuntimeError(f"only {len(self.window_ms)} of {expected} windows were timed")
         final = self.history[-1] if self.history else {}
         return TrainResult(
             first_step_s=self.first_step_s, window_step_ms=self.window_ms,
             train_wall_s=self.train_clock, train_loss_final=self.last_loss,
             test_loss=final.get("test_loss"), test_accuracy=final.get("test_accuracy"),
             time_to_accuracy_s=self.time_to_accuracy, history=self.history,
+            profile_path=self.profiled,
         )
 
 

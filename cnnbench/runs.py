@@ -19,7 +19,7 @@ from typing import Any
 from backends import load as backend_module
 from cnnbench.errors import SpecError
 from cnnbench.models import MODELS
-from cnnbench.spec import Spec, dataset_info_for, spec_hash
+from cnnbench.spec import Spec, check_training_batches, dataset_info_for, spec_hash
 
 # Emulated CPU devices share the machine's cores; beyond this they only measure contention.
 MAX_EMULATED_DEVICES = max(8, os.cpu_count() or 1)
@@ -70,6 +70,9 @@ class Run:
     options: dict[str, Any] = field(default_factory=dict)
     host_rank: int = 0
     coordinator: str = ""
+    mode: str = "train"  # train | infer (the infer plan is in `infer`)
+    infer: dict[str, Any] = field(default_factory=dict)
+    profile_dir: str = ""  # --profile: trace one window into this folder
 
     @property
     def device_type(self) -> str:
@@ -145,6 +148,7 @@ def expand(spec: Spec, *, backends: tuple[str, ...] | None = None,
            check_devices: bool = True) -> list[Run]:
     """All runs of a spec, in the order they execute; CLI overrides narrow the spec's lists."""
     src = spec.source
+    check_training_batches(spec)
     kind = device_kind or resolve_device_kind(spec.device)
     devices = devices or spec.devices
     backends = backends or spec.backends

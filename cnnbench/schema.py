@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: inference/serving and model-parallel columns
 
 
 @dataclass(frozen=True)
@@ -27,11 +27,15 @@ COLUMNS: tuple[Column, ...] = (
     Column("spec_name", str, "`name` field of the experiment spec."),
     Column("spec_hash", str, "Hash of the spec's fixed fields (everything but the swept lists)."),
     Column("trial", int, "Repetition index, 0-based."),
-    Column("mode", str, "train (inference modes may be added later)."),
+    Column("mode", str, "train | infer (forward-only, batch sweep or ablation) | serve (dynamic batching)."),
+    Column("variant", str, "infer: sweep, baseline, a toggle name or all; serve: dynamic or batch1."),
     Column("backend", str, "torch | tensorflow | jax."),
     Column("backend_version", str, "Version of the backend's framework."),
     Column("stack_versions", str, "All framework packages the worker imported, name=version;..."),
-    Column("strategy", str, "Parallel strategy: ddp | mirrored | fit | sharded | pmap."),
+    Column("strategy", str, "Parallel strategy: ddp | mirrored | fit | sharded | pmap | keras-ENGINE | "
+                            "pipeline | tensor | data+tensor | infer."),
+    Column("mesh_shape", str, "Device mesh of model-parallel strategies, e.g. data=1xmodel=2."),
+    Column("microbatches", int, "Micro-batches per step of the pipeline strategy."),
     Column("sync_bn", bool, "Batch-norm statistics synchronized across devices (else per device)."),
     Column("scaling", str, "weak (per-device batch fixed) | strong (global batch fixed)."),
     Column("model", str, "smallcnn | resnet18_cifar | resnet50."),
@@ -50,17 +54,30 @@ COLUMNS: tuple[Column, ...] = (
     Column("lr", float, "Learning rate used: base LR x global_batch / 256."),
     Column("epochs", int, "Epochs trained (0 for synthetic data)."),
     Column("steps", int, "Training steps run, in total."),
-    Column("first_step_s", float, "Wall time of the first step alone: tracing/compilation + run, s."),
+    Column("first_step_s", float, "Wall time of the first step (infer: first batch) alone: tracing/"
+                                  "compilation + run, s."),
     Column("warmup_steps", int, "Steps after the first one, run and discarded."),
-    Column("windows", int, "Timed windows."),
+    Column("windows", int, "Timed windows in the statistics (with --profile, the traced one is not)."),
     Column("window_steps", int, "Steps per timed window."),
-    Column("step_time_ms_median", float, "Median over windows of (window time / steps), ms."),
+    Column("step_time_ms_median", float, "Median over windows of (window time / steps), ms; infer: one "
+                                         "batch's forward, pipelined."),
     Column("step_time_ms_p10", float, "10th percentile of the per-window step time, ms."),
     Column("step_time_ms_p90", float, "90th percentile of the per-window step time, ms."),
-    Column("images_per_sec", float, "global_batch / median step time: all devices, all hosts."),
+    Column("images_per_sec", float, "global_batch / median step time, all devices and hosts; serve: "
+                                    "achieved throughput."),
     Column("images_per_sec_per_device", float, "images_per_sec / devices."),
     Column("gflops_per_image", float, "Analytical forward GFLOP per image (2 x multiply-adds)."),
     Column("mfu", float, "Model FLOP utilisation: 3 x forward FLOPs x img/s / device peak."),
+    Column("latency_ms_p50", float, "infer: one batch, host input to host logits, median, ms; serve: one "
+                                    "request, from its scheduled arrival to its result."),
+    Column("latency_ms_p90", float, "90th percentile of the latency, ms."),
+    Column("latency_ms_p99", float, "99th percentile of the latency, ms."),
+    Column("arrival_rate_rps", float, "serve: offered load, Poisson arrivals, requests/s."),
+    Column("requests", int, "serve: requests completed at this load."),
+    Column("max_batch", int, "serve: the micro-batcher's batch limit (1 for batch1)."),
+    Column("batch_timeout_ms", float, "serve: the micro-batcher's deadline from the oldest request's arrival."),
+    Column("mean_batch", float, "serve: mean size of the batches the micro-batcher flushed."),
+    Column("profile_path", str, "Trace of one window written by --profile (folder or file)."),
     Column("peak_memory_mb", float, "Peak device memory of device 0, MiB (CPU: worker peak RSS)."),
     Column("params", int, "Trainable parameters."),
     Column("train_loss_final", float, "Mean training loss over the last epoch (or last steps)."),
@@ -86,6 +103,13 @@ STATUS_OK, STATUS_FAILED, STATUS_SKIPPED = "ok", "failed", "skipped"
 CONFIG_KEY: tuple[str, ...] = (
     "spec_hash", "backend", "strategy", "scaling", "devices", "per_device_batch",
     "precision", "device_type", "hosts",
+)
+
+
+# Columns that schema version 2 added; a version-1 file gets them empty (`cnnbench upgrade`).
+ADDED_IN_V2: tuple[str, ...] = (
+    "variant", "mesh_shape", "microbatches", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99",
+    "arrival_rate_rps", "requests", "max_batch", "batch_timeout_ms", "mean_batch", "profile_path",
 )
 
 

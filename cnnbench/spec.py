@@ -26,6 +26,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 SCALINGS = ("weak", "strong")
 DEVICE_KINDS = ("auto", "cpu", "gpu")
 SCHEDULES = ("constant", "cosine")
+INFER_TOGGLES = ("compile", "bf16", "fp16", "channels_last", "pinned", "pad")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
@@ -96,6 +97,35 @@ class KerasOptions:
 
 
 @dataclass(frozen=True)
+class InferSpec:
+    """`cnnbench infer`: forward-only runs over batch sizes, and the optimisation ablation."""
+
+    batch_sizes: tuple[int, ...] = _f((1, 8, 32), "Batch sizes of the forward-only sweep.", min=1)
+    latency_samples: int = _f(30, "Batches timed one at a time (synchronized, logits copied to the host) "
+                                  "for the latency percentiles.", min=1)
+    ablation: tuple[str, ...] = _f((), "Toggles measured one at a time against a plain baseline (fp32, no "
+                                       "compile, NCHW, pageable memory, no padding), plus all together.",
+                                   choices=INFER_TOGGLES)
+    ablation_batch: int = _f(50, "Batch size of the ablation (not a multiple of pad_multiple, so `pad` pads).",
+                             min=1)
+    pad_multiple: int = _f(32, "The `pad` toggle pads each batch up to a multiple of this and masks the "
+                               "padding out of the results.", min=1)
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """`cnnbench infer`: a dynamic micro-batcher under open-loop Poisson load (and batch = 1)."""
+
+    rates: tuple[float, ...] = _f((), "Offered loads in requests/s; empty: no serving runs.", min=0.001)
+    max_batch: int = _f(32, "The batcher flushes when it holds this many requests...", min=1)
+    timeout_ms: float = _f(5.0, "...or when the oldest request has waited this long since it arrived.", min=0.0)
+    requests: int = _f(400, "Requests offered at each rate (at most).", min=1)
+    max_duration_s: float = _f(20.0, "Arrivals at each rate end after this long.", min=0.1)
+    pad_multiple: int = _f(8, "Dynamic batches are padded to a multiple of this, so that compiled and "
+                              "jitted models see a few shapes only.", min=1)
+
+
+@dataclass(frozen=True)
 class Spec:
     """One experiment: a model, a dataset, and the axes to sweep."""
 
@@ -129,6 +159,8 @@ class Spec:
     tensorflow: TensorflowOptions = _f(TensorflowOptions(), "TensorFlow options.")
     jax: JaxOptions = _f(JaxOptions(), "JAX options.")
     keras: KerasOptions = _f(KerasOptions(), "Keras 3 options.")
+    infer: InferSpec = _f(InferSpec(), "Inference benchmark (`cnnbench infer`).")
+    serve: ServeSpec = _f(ServeSpec(), "Dynamic batching under load (`cnnbench infer`).")
     source: str = field(default="<spec>", metadata={"internal": True})
 
     def backend_options(self, backend: str) -> Any:
@@ -248,10 +280,6 @@ def _check_consistency(spec: Spec) -> None:
             raise SpecError(src, "steps", f"only for dataset synthetic; {spec.dataset} trains for `epochs`")
     if spec.dataset != "cifar10" and spec.data_path:
         raise SpecError(src, "data_path", f"only for file datasets (cifar10), found dataset {spec.dataset}")
-    if "weak" in spec.scaling and not spec.per_device_batch:
-        raise SpecError(src, "per_device_batch", "required for weak scaling")
-    if "strong" in spec.scaling and not spec.global_batch:
-        raise SpecError(src, "global_batch", "required for strong scaling")
     if "weak" not in spec.scaling and spec.per_device_batch:
         raise SpecError(src, "per_device_batch", "only for weak scaling; strong scaling uses global_batch")
     if "strong" not in spec.scaling and spec.global_batch:
@@ -273,11 +301,19 @@ def _check_consistency(spec: Spec) -> None:
                                 f"{strong_batch} is not divisible by {n}")
 
 
+def check_training_batches(spec: Spec) -> None:
+    """A spec used for training needs its batch list (an inference-only spec does not)."""
+    if "weak" in spec.scaling and not spec.per_device_batch:
+        raise SpecError(spec.source, "per_device_batch", "required for weak scaling")
+    if "strong" in spec.scaling and not spec.global_batch:
+        raise SpecError(spec.source, "global_batch", "required for strong scaling")
+
+
 def spec_hash(spec: Spec) -> str:
     """Hash of the fields that fix what one run computes; the swept lists are left out, so a
     sweep that gains a device count or a trial still recognises the runs it already has."""
     swept = {"name", "backends", "devices", "scaling", "per_device_batch", "global_batch",
-             "precision", "trials", "timeout_s", "source"}
+             "precision", "trials", "timeout_s", "source", "infer", "serve"}
     fixed = {k: v for k, v in dataclasses.asdict(spec).items() if k not in swept}
     for backend in BACKEND_NAMES:  # the strategies list is swept too
         fixed[backend] = {k: v for k, v in fixed[backend].items() if k != "strategies"}

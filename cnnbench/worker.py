@@ -13,6 +13,7 @@ The parity checks and the data-parallel equivalence tests use it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -53,9 +54,16 @@ def _write_json_atomic(path: Path, payload: dict) -> None:
     os.replace(tmp, path)
 
 
+def _logger(run: Run, is_main: bool):
+    if not is_main:
+        return lambda msg: None
+    return lambda msg: print(f"[{run.backend}/{run.strategy} x{run.devices}] {msg}", file=sys.stderr, flush=True)
+
+
 def _train(run: Run, ctx: BuildContext, result_path: Path, is_main: bool) -> None:
-    log = (lambda msg: print(f"[{run.backend}/{run.strategy} x{run.devices}] {msg}",
-                             file=sys.stderr, flush=True)) if is_main else (lambda msg: None)
+    log = _logger(run, is_main)
+    if not is_main:  # only process 0 traces (--profile)
+        run = dataclasses.replace(run, profile_dir="")
     trainer = backends.load(run.backend).build(run, ctx)
     faults.install(trainer, ctx.process_index)
     result = train(trainer, run, log)
@@ -74,12 +82,22 @@ def _train(run: Run, ctx: BuildContext, result_path: Path, is_main: bool) -> Non
         "test_accuracy": result.test_accuracy,
         "time_to_accuracy_s": result.time_to_accuracy_s,
         "history": result.history,
+        "profile_path": result.profile_path,
         "params": trainer.param_count(),
         "peak_memory_mb": peak / 2**20 if peak is not None else None,
         "device_name": trainer.device_name(),
         "python": envinfo.python_version(),
     }
     _write_json_atomic(result_path, payload)
+
+
+def _infer(run: Run, result_path: Path) -> None:
+    from cnnbench.inference import run_inference
+
+    images = data_sources.synthetic_dataset(run.synthetic_size, run.image_size, run.channels,
+                                            run.num_classes, run.seed).train_x
+    result = run_inference(run, backends.load(run.backend).build_inference, images, _logger(run, True))
+    _write_json_atomic(result_path, {**result, "python": envinfo.python_version()})
 
 
 def _probe(run: Run, ctx: BuildContext, probe_in: Path, probe_out: Path, is_main: bool) -> None:
@@ -110,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     run = Run.from_json(args.run_json.read_text())
     index, count, local_rank = _process_position(run)
     try:
+        if run.mode == "infer":
+            _infer(run, args.result_json)
+            return 0
         if args.probe:
             with np.load(args.probe[0]) as saved:
                 dataset = data_sources.Dataset(saved["x"], saved["y"], saved["x"][:0], saved["y"][:0],

@@ -20,10 +20,14 @@ def _free_port() -> int:
 
 def test_torch_run_writes_an_ok_row_with_consistent_timing(tmp_path, tiny_spec):
     out = tmp_path / "rows.csv"
-    done = run_cli("run", tiny_spec, "--out", out)
+    done = run_cli("run", tiny_spec, "--out", out, "--profile", tmp_path / "traces")
     assert done.returncode == 0, done.stderr[-3000:]
     (row,) = results.read_rows(out)
     assert row["status"] == "ok" and row["backend"] == "torch" and row["strategy"] == "ddp"
+    # --profile: the first timed window was traced (and left out of the 3 windows' statistics)
+    trace = tmp_path / "traces" / row["run_id"] / "trace.json"
+    assert row["profile_path"] == str(trace.parent) and trace.stat().st_size > 1000
+    assert row["windows"] == 2
     assert row["images_per_sec"] == pytest.approx(row["global_batch"] / (row["step_time_ms_median"] / 1000), rel=0.01)
     assert row["step_time_ms_p10"] <= row["step_time_ms_median"] <= row["step_time_ms_p90"]
     assert row["params"] == 53_002 and row["first_step_s"] > 0 and row["train_wall_s"] > 0
@@ -38,10 +42,13 @@ def test_tensorflow_mirrored_and_fit_rows(tmp_path):
     text = TINY_DIGITS.replace('["torch"]', '["tensorflow"]').replace("devices = [1]", "devices = [2]")
     spec = write_spec(tmp_path, text + '[tensorflow]\nstrategies = ["mirrored", "fit"]\n')
     out = tmp_path / "rows.csv"
-    done = run_cli("run", spec, "--out", out)
+    done = run_cli("run", spec, "--out", out, "--profile", tmp_path / "traces")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = results.read_rows(out)
     assert [(r["strategy"], r["status"], r["devices"]) for r in rows] == [("mirrored", "ok", 2), ("fit", "ok", 2)]
+    for row in rows:  # TensorFlow's profiler, started from the custom loop and from a fit callback
+        traces = [p for p in (tmp_path / "traces" / row["run_id"]).rglob("*.xplane.pb") if p.stat().st_size]
+        assert traces, row["strategy"]
     assert all(r["device_type"] == "cpu-emulated" and r["test_accuracy"] > 0.5 for r in rows)
 
 

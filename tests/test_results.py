@@ -85,3 +85,20 @@ def test_history_next_to_runs(tmp_path):
                                           "test_accuracy": 0.9}])
     frame = results.read_history(path)
     assert (tmp_path / "runs.history.csv").exists() and list(frame["run_id"]) == ["abc"]
+
+
+def test_a_version_1_file_is_upgraded_in_place_and_can_then_be_appended_to(tmp_path):
+    from cnnbench.schema import ADDED_IN_V2, COLUMN_NAMES, SCHEMA_VERSION
+
+    old_header = [c for c in COLUMN_NAMES if c not in ADDED_IN_V2]
+    path = tmp_path / "old.csv"
+    path.write_text(",".join(old_header) + "\n" + ",".join("1" if c == "schema_version" else
+                                                           ("abc" if c == "run_id" else "") for c in old_header) + "\n")
+    with pytest.raises(ResultsFileError, match="cnnbench upgrade"):
+        results.check_appendable(path)
+    assert results.upgrade_file(path) == 1
+    (row,) = results.read_rows(path)
+    assert row["run_id"] == "abc" and row["schema_version"] == SCHEMA_VERSION and row["variant"] is None
+    results.append_rows(path, [{"run_id": "def", "schema_version": SCHEMA_VERSION}])
+    assert [r["run_id"] for r in results.read_rows(path)] == ["abc", "def"]
+    assert results.upgrade_file(path) == 0  # already current

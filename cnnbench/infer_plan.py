@@ -1,0 +1,175 @@
+"""`cnnbench infer`: a spec -> one worker run per backend and precision, each with its list of jobs.
+
+Three kinds of job, all on one device:
+- ``sweep``: forward-only timing over ``infer.batch_sizes`` in the spec's own configuration
+  (precision, compile, the backend's options);
+- ``ablation``: a plain baseline (fp32, no compilation, NCHW, pageable host memory, no padding)
+  and each toggle of ``infer.ablation`` alone against it, then all of them together, at
+  ``infer.ablation_batch``; a toggle a backend cannot apply becomes a ``skipped`` row saying why
+  and is left out of ``all``;
+- ``serve``: the micro-batcher under open-loop Poisson load at each of ``serve.rates``, with
+  dynamic batching and with batch = 1.
+Variants are plain data; the worker builds one model per variant and runs that variant's jobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from backends import load as backend_module
+from cnnbench.errors import SpecError
+from cnnbench.runs import Run, resolve_device_kind
+from cnnbench.spec import Spec, dataset_info_for, spec_hash
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One inference configuration of a model."""
+
+    name: str
+    precision: str = "fp32"
+    compile: bool = False
+    compile_mode: str = "default"
+    channels_last: bool = False
+    pinned: bool = False  # host batches in page-locked memory, copied with non_blocking
+    pad_multiple: int = 0  # pad every batch up to a multiple of this (0: never)
+
+    def options_text(self) -> str:
+        return (f"channels_last={self.channels_last};compile_mode={self.compile_mode};"
+                f"pad_multiple={self.pad_multiple};pinned={self.pinned}")
+
+
+def sweep_variant(spec: Spec, backend: str, precision: str) -> Variant:
+    """The spec's own configuration: what `cnnbench run` would train with."""
+    torch_opts = spec.torch if backend == "torch" else None
+    return Variant("sweep", precision, spec.compile or backend == "jax",
+                   torch_opts.compile_mode if torch_opts else "default",
+                   bool(torch_opts and torch_opts.channels_last), bool(torch_opts and torch_opts.pin_memory))
+
+
+def ablation_variants(spec: Spec, backend: str) -> list[Variant]:
+    """The baseline, then each toggle alone."""
+    infer = spec.infer
+    # JAX always jits (as in training): its baseline is jitted and `compile` has nothing to add.
+    baseline = Variant("baseline", compile=backend == "jax",
+                       compile_mode=spec.torch.compile_mode if backend == "torch" else "default")
+    changes = {
+        "compile": {"compile": True},
+        "bf16": {"precision": "bf16"},
+        "fp16": {"precision": "fp16"},
+        "channels_last": {"channels_last": True},
+        "pinned": {"pinned": True},
+        "pad": {"pad_multiple": infer.pad_multiple},
+    }
+    return [baseline] + [dataclasses.replace(baseline, name=t, **changes[t]) for t in infer.ablation]
+
+
+def all_together(baseline: Variant, toggles: list[Variant]) -> Variant | None:
+    """Every applicable toggle at once (bf16 over fp16: one precision at a time)."""
+    if len(toggles) < 2:
+        return None
+    names = {t.name for t in toggles}
+    combined = dataclasses.replace(baseline, name="all")
+    for toggle in toggles:
+        if toggle.name == "fp16" and "bf16" in names:
+            continue
+        changed = {f.name: getattr(toggle, f.name) for f in dataclasses.fields(toggle)
+                   if f.name != "name" and getattr(toggle, f.name) != getattr(baseline, f.name)}
+        combined = dataclasses.replace(combined, **changed)
+    return combined
+
+
+def _unsupported(backend: str, variant: Variant, device_kind: str, baseline: Variant | None) -> str | None:
+    """Why a backend cannot apply a variant (or, for an ablation toggle, why it changes nothing)."""
+    if variant.precision == "fp16" and device_kind != "gpu":
+        return "fp16 needs a GPU"
+    if baseline is not None and variant == dataclasses.replace(baseline, name=variant.name):
+        if variant.name == "compile" and backend == "jax":
+            return "jax always jits: the baseline is already compiled"
+        return f"{variant.name} changes nothing here"
+    if variant.pinned and device_kind != "gpu":
+        return "pinned memory speeds host-to-device copies; on CPU there is no copy"
+    problem = getattr(backend_module(backend), "infer_unsupported", None)
+    if problem is None:
+        return f"the {backend} backend has no inference path (use torch, tensorflow or jax)"
+    return problem(variant)
+
+
+def expand_infer(spec: Spec, *, backends: tuple[str, ...] | None = None, device_kind: str | None = None,
+                 profile_dir: str = "") -> tuple[list[Run], list[tuple[Run, Variant, str]]]:
+    """(runs to launch, (run, variant, reason) of ablation toggles that are skipped)."""
+    kind = device_kind or resolve_device_kind(spec.device)
+    if spec.devices != (1,):
+        raise SpecError(spec.source, "devices", f"inference runs on one device; found {list(spec.devices)}")
+    info = dataset_info_for(spec)
+    backends = backends or spec.backends
+    infer = spec.infer
+    runs, skipped = [], []
+    for backend in backends:
+        for index, precision in enumerate(spec.precision):
+            jobs: list[dict[str, Any]] = []
+            sweep = sweep_variant(spec, backend, precision)
+            run = _infer_run(spec, backend, precision, kind, info, profile_dir, jobs)
+            reason = _unsupported(backend, sweep, kind, None)
+            if reason:  # e.g. the keras backend, or fp16 on a CPU: one skipped row says why
+                skipped.append((run, sweep, reason))
+                continue
+            jobs += [{"kind": "sweep", "variant": dataclasses.asdict(sweep), "batch": b} for b in infer.batch_sizes]
+            if index == 0 and infer.ablation:
+                baseline, *toggles = ablation_variants(spec, backend)
+                applicable = [baseline]
+                for variant in toggles:
+                    why = _unsupported(backend, variant, kind, baseline)
+                    if why:
+                        skipped.append((run, variant, why))
+                    else:
+                        applicable.append(variant)
+                combined = all_together(baseline, applicable[1:])
+                for variant in applicable + ([combined] if combined else []):
+                    jobs.append({"kind": "ablation", "variant": dataclasses.asdict(variant),
+                                 "batch": infer.ablation_batch})
+            if index == 0:
+                jobs += serve_jobs(spec, sweep)
+            runs.append(run)
+    return runs, skipped
+
+
+def serve_jobs(spec: Spec, variant: Variant) -> list[dict[str, Any]]:
+    """Each offered load with dynamic batching, then with batch = 1 (no waiting, no padding)."""
+    serve, jobs = spec.serve, []
+    for rate in serve.rates:
+        for mode, max_batch, timeout in (("dynamic", serve.max_batch, serve.timeout_ms), ("batch1", 1, 0.0)):
+            jobs.append({"kind": "serve", "variant": dataclasses.asdict(dataclasses.replace(variant, name=mode)),
+                         "batch": max_batch, "rate": rate, "timeout_ms": timeout, "requests": serve.requests,
+                         "max_duration_s": serve.max_duration_s,
+                         "pad_multiple": serve.pad_multiple if max_batch > 1 else 1})
+    return jobs
+
+
+def _infer_run(spec: Spec, backend: str, precision: str, kind: str, info: Any, profile_dir: str,
+               jobs: list[dict[str, Any]]) -> Run:
+    t = spec.timing
+    largest = max(spec.infer.batch_sizes + (spec.infer.ablation_batch, spec.serve.max_batch))
+    options = dataclasses.asdict(spec.backend_options(backend))
+    options.pop("strategies")
+    return Run(
+        run_id=uuid.uuid4().hex[:12], spec_name=spec.name, spec_hash=spec_hash(spec), source=spec.source,
+        backend=backend, strategy="infer", trial=0, model=spec.model, dataset=spec.dataset,
+        data_path=spec.data_path, image_size=info.image_size, channels=info.channels,
+        num_classes=info.num_classes, synthetic_size=largest, device_kind=kind, devices=1, hosts=1,
+        scaling="weak", per_device_batch=largest, global_batch=largest, precision=precision,
+        compile=spec.compile, sync_bn=False, lr=0.0, momentum=0.0, weight_decay=0.0, nesterov=False,
+        schedule="constant", warmup_epochs=0.0, epochs=0, steps_per_epoch=0, total_steps=0,
+        warmup_steps=t.warmup_steps, windows=t.windows, window_steps=t.window_steps, seed=spec.seed,
+        target_accuracy=0.0, timeout_s=spec.timeout_s, options=options, mode="infer",
+        infer={"jobs": jobs, "latency_samples": spec.infer.latency_samples}, profile_dir=profile_dir,
+    )
+
+
+def job_label(job: dict[str, Any]) -> str:
+    if job["kind"] == "serve":
+        return f"serve {job['variant']['name']} {job['rate']:g} req/s"
+    return f"{job['kind']} {job['variant']['name']} b{job['batch']}"
