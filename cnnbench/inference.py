@@ -120,6 +120,7 @@ def serve_under_load(model: InferenceModel, images: np.ndarray, job: dict[str, A
     finally:
         batcher.close()
     return {"images_per_sec": load.achieved_rps, "requests": load.requests, "mean_batch": load.mean_batch,
+            "step_time_ms_median": float(np.median(batcher.batch_ms)) if batcher.batch_ms else None,
             "arrival_rate_rps": job["rate"], "max_batch": max_batch, "batch_timeout_ms": job["timeout_ms"],
             **{k: load.percentile(q) for k, q in (("latency_ms_p50", 50), ("latency_ms_p90", 90),
                                                    ("latency_ms_p99", 99))}}

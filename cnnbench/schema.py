@@ -60,7 +60,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("windows", int, "Timed windows in the statistics (with --profile, the traced one is not)."),
     Column("window_steps", int, "Steps per timed window."),
     Column("step_time_ms_median", float, "Median over windows of (window time / steps), ms; infer: one "
-                                         "batch's forward, pipelined."),
+                                         "batch's forward, pipelined; serve: the model's time per "
+                                         "flushed batch."),
     Column("step_time_ms_p10", float, "10th percentile of the per-window step time, ms."),
     Column("step_time_ms_p90", float, "90th percentile of the per-window step time, ms."),
     Column("images_per_sec", float, "global_batch / median step time, all devices and hosts; serve: "

@@ -42,6 +42,7 @@ class MicroBatcher:
             raise ValueError(f"max_batch must be >= 1 and timeout_ms >= 0, found {max_batch}, {timeout_ms}")
         self.handler, self.max_batch, self.timeout_s = handler, max_batch, timeout_ms / 1000.0
         self.batch_sizes: list[int] = []
+        self.batch_ms: list[float] = []  # the handler's wall time for each flushed batch
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._serve, name="micro-batcher", daemon=True)
         self._thread.start()
@@ -80,8 +81,10 @@ class MicroBatcher:
                 return
             batch, stopping = self._collect(first)
             self.batch_sizes.append(len(batch))
+            begun = time.perf_counter()
             try:
                 outputs = self.handler(np.stack([r.payload for r in batch]))
+                self.batch_ms.append((time.perf_counter() - begun) * 1000.0)
                 if len(outputs) != len(batch):
                     raise RuntimeError(f"handler returned {len(outputs)} results for {len(batch)} requests")
             except BaseException as exc:  # noqa: BLE001 - every caller must learn of the failure
