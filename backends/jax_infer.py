@@ -27,9 +27,12 @@ class JaxInference:
         variables = jax.jit(lambda key: model.init(key, jnp.zeros(shape), train=False))(jax.random.key(run.seed))
         self.variables = jax.device_put(variables, self.device)
         self.forward = jax.jit(lambda v, x: model.apply(v, x, train=False))
-        # Page-locked host memory that the device copies from directly (GPU only).
+        # Page-locked host memory that the device copies from directly (GPU only); the copy then
+        # has to name the device memory explicitly.
         self.host_sharding = (jax.sharding.SingleDeviceSharding(self.device, memory_kind="pinned_host")
                               if variant.pinned else None)
+        self.device_target = (jax.sharding.SingleDeviceSharding(self.device, memory_kind="device")
+                              if variant.pinned else self.device)
         self._last = None
 
     def host_batch(self, images: np.ndarray):
@@ -37,7 +40,7 @@ class JaxInference:
         return jax.device_put(nhwc, self.host_sharding) if self.host_sharding is not None else nhwc
 
     def infer(self, host_batch):
-        self._last = self.forward(self.variables, jax.device_put(host_batch, self.device))
+        self._last = self.forward(self.variables, jax.device_put(host_batch, self.device_target))
         return self._last
 
     def fetch(self, output) -> np.ndarray:

@@ -130,6 +130,8 @@ def infer_rows(run: Run, outcome: Outcome, peak_tflops: float | None = None) -> 
             if name in result:
                 row[name] = result[name]
         row["images_per_sec_per_device"] = row["images_per_sec"]
+        if result.get("window_step_ms"):  # the ablation's rounds add windows
+            row["windows"] = len(result["window_step_ms"])
         if result.get("peak_memory_bytes") is not None:
             row["peak_memory_mb"] = result["peak_memory_bytes"] / 2**20
         row["python"] = outcome.result.get("python")

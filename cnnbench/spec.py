@@ -110,6 +110,7 @@ class InferSpec:
                              min=1)
     pad_multiple: int = _f(32, "The `pad` toggle pads each batch up to a multiple of this and masks the "
                                "padding out of the results.", min=1)
+    rounds: int = _f(3, "The ablation measures its variants in this many interleaved rounds.", min=1)
 
 
 @dataclass(frozen=True)

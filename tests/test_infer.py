@@ -54,7 +54,7 @@ def test_sweep_rows_per_batch_size(infer_rows):
             assert r["status"] == "ok" and r["mode"] == "infer" and r["strategy"] == "infer"
             assert r["latency_ms_p50"] <= r["latency_ms_p90"] <= r["latency_ms_p99"]
             assert r["images_per_sec"] == pytest.approx(r["global_batch"] / (r["step_time_ms_median"] / 1000), rel=0.01)
-            assert r["first_step_s"] > 0
+            assert r["first_step_s"] > 0 and r["windows"] == 3
     # JAX always jits; the keras backend has no inference path: one skipped row says so
     assert all(r["compile"] for r in rows if r["backend"] == "jax" and r["variant"] == "sweep")
     (keras,) = [r for r in rows if r["backend"] == "keras"]
@@ -68,6 +68,8 @@ def test_ablation_has_one_row_per_toggle_and_says_why_a_toggle_is_skipped(infer_
                     and r["variant"] != "sweep"}
         assert set(ablation) == {"baseline", "bf16", "channels_last", "pinned", "pad", "all"}
         assert all(r["global_batch"] == 20 for r in ablation.values())
+        # three interleaved rounds (the default) of 3 windows each
+        assert ablation["baseline"]["windows"] == 9 and ablation["pad"]["windows"] == 9
         assert ablation["pinned"]["status"] == "skipped" and "on CPU there is no copy" in ablation["pinned"]["error"]
         assert ablation["pad"]["status"] == "ok" and "pad_multiple=8" in ablation["pad"]["backend_options"]
         assert ablation["bf16"]["precision"] == "bf16" and ablation["all"]["precision"] == "bf16"
