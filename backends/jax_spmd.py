@@ -46,9 +46,12 @@ def unsupported(run: Run) -> str | None:
 
 def launch_layout(run: Run) -> Layout:
     env = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    flags = [run.options.get("xla_flags", "")]
     if run.device_kind == "cpu":
         env["JAX_PLATFORMS"] = "cpu"
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={run.devices_per_host}"
+        flags.insert(0, f"--xla_force_host_platform_device_count={run.devices_per_host}")
+    if any(flags):
+        env["XLA_FLAGS"] = " ".join(f for f in flags if f)
     return Layout(processes=1, env=env)
 
 

@@ -41,6 +41,13 @@ def build(run: Run, ctx: BuildContext) -> TorchTrainer:
     return TorchTrainer(run, ctx)
 
 
+def optimizer_kwargs(impl: str, on_gpu: bool) -> dict[str, bool]:
+    """torch.optim.SGD's implementation switch: one fused kernel, foreach (multi-tensor) or a loop."""
+    if impl == "auto":
+        impl = "fused" if on_gpu else "foreach"
+    return {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[impl]
+
+
 def infer_unsupported(variant) -> str | None:
     """Every inference toggle applies to PyTorch (fp16 and pinned memory on GPUs only)."""
     return None
@@ -90,7 +97,7 @@ class TorchTrainer:
         self.optimizer = torch.optim.SGD(
             self.module.parameters(), lr=float(ctx.lr_table[0]), momentum=run.momentum,
             weight_decay=run.weight_decay, nesterov=run.nesterov,
-            **({"fused": True} if on_gpu else {"foreach": True}),
+            **optimizer_kwargs(run.options.get("optimizer_impl", "auto"), on_gpu),
         )
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.precision)
         self.scaler = torch.amp.GradScaler("cuda") if run.precision == "fp16" else None

@@ -70,6 +70,8 @@ class TorchOptions:
     persistent_workers: bool = _f(False, "Keep DataLoader workers alive between epochs.")
     prefetch_factor: int = _f(2, "Batches prefetched per DataLoader worker.", min=1)
     bucket_cap_mb: int = _f(25, "DDP gradient bucket size, MiB.", min=1)
+    optimizer_impl: str = _f("auto", "SGD implementation: auto (fused on GPUs, foreach on CPUs), fused, foreach "
+                                     "or for-loop.", choices=("auto", "fused", "foreach", "for-loop"))
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class JaxOptions:
 
     strategies: tuple[str, ...] = _f(("sharded",), "sharded: jit over a device mesh; pmap: jax.pmap.",
                                      choices=REGISTRY["jax"].strategies)
+    xla_flags: str = _f("", "Extra XLA_FLAGS for the worker, e.g. \"--xla_gpu_enable_command_buffer=\".")
 
 
 @dataclass(frozen=True)
