@@ -26,12 +26,12 @@ class BackendEntry:
 REGISTRY: dict[str, BackendEntry] = {
     e.name: e
     for e in (
-        BackendEntry("torch", "backends.torch_ddp", ("ddp",), ("torch",),
+        BackendEntry("torch", "backends.torch_ddp", ("ddp", "pipeline"), ("torch",),
                      "pip install torch (CPU: torch==2.13.0; see constraints/)"),
         BackendEntry("tensorflow", "backends.tf_mirrored", ("mirrored", "fit"),
                      ("tensorflow", "tensorflow-cpu", "keras"),
                      "pip install tensorflow-cpu keras (GPU: tensorflow[and-cuda])"),
-        BackendEntry("jax", "backends.jax_spmd", ("sharded", "pmap"),
+        BackendEntry("jax", "backends.jax_spmd", ("sharded", "pmap", "tensor", "data+tensor"),
                      ("jax", "jaxlib", "flax", "optax"),
                      "pip install jax flax optax (GPU: jax[cuda12])"),
         BackendEntry("keras", "backends.keras_engines", ("keras-jax", "keras-torch", "keras-tensorflow"),
@@ -42,6 +42,9 @@ REGISTRY: dict[str, BackendEntry] = {
 }
 
 BACKEND_NAMES: tuple[str, ...] = tuple(REGISTRY)
+
+# Model-parallel strategy names: a backend without one refuses it with a reason (not a typo error).
+MODEL_PARALLEL_STRATEGIES: tuple[str, ...] = ("pipeline", "tensor", "data+tensor")
 
 
 def load(name: str) -> ModuleType:

@@ -34,13 +34,48 @@ def version() -> str | None:
 
 
 def strategies() -> tuple[str, ...]:
-    return ("sharded", "pmap")
+    return ("sharded", "pmap", "tensor", "data+tensor")
+
+
+MODEL = "model"
+
+
+def mesh_shape(run: Run) -> tuple[int, int]:
+    """(data, model) extent of the device mesh: ``tensor`` shards over every device, ``data+tensor``
+    over ``model_parallel`` devices and replicates over the rest; the data strategies use data only."""
+    if run.strategy == "tensor":
+        return 1, run.devices
+    if run.strategy == "data+tensor":
+        return run.devices // run.model_parallel, run.model_parallel
+    return run.devices, 1
+
+
+def tensor_spec(shape: tuple[int, ...], model: int):
+    """How one state array is laid out over the ``model`` axis: convolution kernels (HWIO) by output
+    channel, batch-norm vectors by channel, dense kernels by input feature; anything that does not
+    split evenly is replicated. Momentum buffers have their parameter's shape, so they follow it."""
+    from jax.sharding import PartitionSpec as P
+
+    if model == 1:
+        return P()
+    if len(shape) == 4 and shape[3] % model == 0:
+        return P(None, None, None, MODEL)
+    if len(shape) == 2 and shape[0] % model == 0:
+        return P(MODEL, None)
+    if len(shape) == 1 and shape[0] % model == 0:
+        return P(MODEL)
+    return P()
 
 
 def unsupported(run: Run) -> str | None:
     """Why this backend cannot run a configuration (checked before anything is launched)."""
     if run.strategy == "pmap" and run.hosts > 1:
         return "strategy pmap runs on one host here; use sharded across hosts"
+    if run.strategy == "data+tensor" and (run.devices % run.model_parallel or run.devices == run.model_parallel):
+        return (f"data+tensor splits {run.devices} devices into data x model = ? x {run.model_parallel}: needs a "
+                f"multiple of model_parallel larger than it (use tensor for model parallelism alone)")
+    if run.strategy in ("tensor", "data+tensor") and run.hosts > 1:
+        return "tensor parallel strategies run on one host here"
     return None
 
 
@@ -96,7 +131,9 @@ class JaxTrainer:
         self.local_devices = [d for d in self.devices if d.process_index == jax.process_index()]
         self.pmap = run.strategy == "pmap"
         dtype = {"bf16": jnp.bfloat16, "fp16": jnp.float16}.get(run.precision, jnp.float32)
-        groups = run.devices if (not self.pmap and not run.sync_bn) else 1
+        data_ways, model_ways = mesh_shape(run)
+        # Local BN = one group per data-parallel slice of the batch (model shards see the same images).
+        groups = data_ways if (not self.pmap and not run.sync_bn) else 1
         # Over a single device there is nothing to synchronize: no collective in the step.
         axis = AXIS if (self.pmap and run.sync_bn and run.devices > 1) else None
         self.model = build_model(run.model, run.num_classes, dtype, groups, axis)
@@ -111,17 +148,23 @@ class JaxTrainer:
         )
         state = {"params": variables["params"], "batch_stats": variables.get("batch_stats", {})}
         state["opt_state"] = self.tx.init(state["params"])
-        self.mesh = jax.make_mesh((run.devices,), (AXIS,), (jax.sharding.AxisType.Auto,), devices=self.devices)
+        auto = jax.sharding.AxisType.Auto
+        self.mesh = jax.make_mesh((data_ways, model_ways), (AXIS, MODEL), (auto, auto), devices=self.devices)
         self.replicated = NamedSharding(self.mesh, P())
         self.batch_sharding = NamedSharding(self.mesh, P(AXIS))
+        # The state's layout: replicated for data parallelism, sharded over `model` for tensor
+        # parallelism (XLA inserts the all-gathers and reductions the sharded convolutions need).
+        self.state_sharding = lambda tree: jax.tree.map(
+            lambda a: NamedSharding(self.mesh, tensor_spec(np.shape(a), model_ways)), tree)
         if self.pmap:
             self.state = self._replicate(state)
             self._step = jax.pmap(self._make_step(pmap=True), axis_name=AXIS, donate_argnums=(0,),
                                   devices=self.local_devices)
         else:
-            self.state = jax.device_put(state, self.replicated)
+            shardings = self.state_sharding(state)
+            self.state = jax.device_put(state, shardings)
             self._step = jax.jit(self._make_step(pmap=False), donate_argnums=(0,),
-                                 out_shardings=(self.replicated, self.replicated))
+                                 out_shardings=(shardings, self.replicated))
         self._eval = jax.jit(self._eval_batch)
         self._losses: list = []
         self._setup_input()
@@ -266,7 +309,7 @@ class JaxTrainer:
         run = self.run
         params, batch_stats = neutral_to_state(weights, run.model, run.image_size, run.channels, run.num_classes)
         state = {"params": params, "batch_stats": batch_stats, "opt_state": self.tx.init(params)}
-        self.state = self._replicate(state) if self.pmap else self.jax.device_put(state, self.replicated)
+        self.state = self._replicate(state) if self.pmap else self.jax.device_put(state, self.state_sharding(state))
 
     def profiler(self, directory):
         from backends import profilers

@@ -69,6 +69,9 @@ def tf_config(run: Run) -> dict:
 
 def unsupported(run: Run) -> str | None:
     """Why this backend cannot run a configuration (checked before anything is launched)."""
+    if run.strategy in ("pipeline", "tensor", "data+tensor"):
+        return (f"strategy {run.strategy}: TensorFlow has no maintained native mechanism for it with Keras "
+                f"models (DTensor and its Keras integration were dropped); use the jax or torch backend")
     if run.hosts > 1 and run.strategy == "fit":
         return (f"strategy fit across hosts: model.fit under MultiWorkerMirroredStrategy fails in keras "
                 f"{envinfo.package_version('keras')} (PerReplica inputs); use mirrored")

@@ -26,7 +26,7 @@ def version() -> str | None:
 
 
 def strategies() -> tuple[str, ...]:
-    return ("ddp",)
+    return ("ddp", "pipeline")
 
 
 def launch_layout(run: Run) -> Layout:
@@ -37,7 +37,36 @@ def launch_layout(run: Run) -> Layout:
     return Layout(processes=processes, env=env, torchrun=True)
 
 
+def pipeline_pieces(model: str) -> int:
+    """Pieces a model splits into for the pipeline (stem, every residual block, head); see
+    torch_pipeline.pieces, which this count must match (a test checks it)."""
+    from cnnbench.models import RESNET18_BLOCKS, RESNET50_BLOCKS
+
+    return {"smallcnn": 3, "resnet18_cifar": sum(RESNET18_BLOCKS) + 2, "resnet50": sum(RESNET50_BLOCKS) + 2}[model]
+
+
+def unsupported(run: Run) -> str | None:
+    """Why this backend cannot run a configuration (checked before anything is launched)."""
+    if run.strategy in ("tensor", "data+tensor"):
+        return (f"strategy {run.strategy}: DTensor in torch {version()} shards convolutions along the batch only "
+                f"(aten.convolution's sharding rule replicates the weight), so channel-sharded tensor "
+                f"parallelism for CNNs has no native support; use jax for tensor parallelism")
+    if run.strategy == "pipeline":
+        if run.hosts > 1:
+            return "the pipeline strategy runs on one host here"
+        if run.devices > pipeline_pieces(run.model):
+            return (f"{run.devices} pipeline stages, but {run.model} splits into {pipeline_pieces(run.model)} "
+                    f"pieces (stem, blocks, head)")
+        if run.global_batch % run.microbatches:
+            return f"global batch {run.global_batch} does not split into {run.microbatches} micro-batches"
+    return None
+
+
 def build(run: Run, ctx: BuildContext) -> TorchTrainer:
+    if run.strategy == "pipeline":
+        from backends.torch_pipeline import PipelineTrainer
+
+        return PipelineTrainer(run, ctx)
     return TorchTrainer(run, ctx)
 
 

@@ -30,7 +30,8 @@ class ProbeResult:
 def probe_run(backend: str, strategy: str, model: str, *, devices: int = 1, image_size: int,
               channels: int, num_classes: int, global_batch: int, lr: float = 0.1,
               momentum: float = 0.0, weight_decay: float = 0.0, sync_bn: bool = False,
-              precision: str = "fp32", timeout_s: float = 600.0) -> Run:
+              precision: str = "fp32", timeout_s: float = 600.0, model_parallel: int = 1,
+              microbatches: int = 1) -> Run:
     """A one-step run on CPU devices: plain SGD by default, as the parity checks ask."""
     if global_batch % devices:
         raise UserError(f"probe: global batch {global_batch} does not split over {devices} devices")
@@ -43,7 +44,7 @@ def probe_run(backend: str, strategy: str, model: str, *, devices: int = 1, imag
         compile=False, sync_bn=sync_bn, lr=lr, momentum=momentum, weight_decay=weight_decay,
         nesterov=False, schedule="constant", warmup_epochs=0.0, epochs=0, steps_per_epoch=0,
         total_steps=1, warmup_steps=0, windows=1, window_steps=1, seed=0, target_accuracy=0.0,
-        timeout_s=timeout_s, options={},
+        timeout_s=timeout_s, options={}, model_parallel=model_parallel, microbatches=microbatches,
     )
 
 

@@ -15,6 +15,17 @@ def _options_text(options: dict[str, Any]) -> str:
     return ";".join(f"{k}={v}" for k, v in sorted(options.items()))
 
 
+def mesh_text(run: Run) -> str | None:
+    """The device mesh of a model-parallel strategy: data x model (pipeline: stages)."""
+    if run.strategy == "tensor":
+        return f"data=1xmodel={run.devices}"
+    if run.strategy == "data+tensor":
+        return f"data={run.devices // run.model_parallel}xmodel={run.model_parallel}"
+    if run.strategy == "pipeline":
+        return f"stages={run.devices}"
+    return None
+
+
 def base_row(run: Run) -> dict[str, Any]:
     """Columns known before the run: the configuration and the environment."""
     return {
@@ -29,6 +40,8 @@ def base_row(run: Run) -> dict[str, Any]:
         "backend_version": envinfo.backend_version(run.backend, run.strategy),
         "stack_versions": envinfo.stack_versions(run.backend, run.strategy),
         "strategy": run.strategy,
+        "mesh_shape": mesh_text(run),
+        "microbatches": run.microbatches if run.strategy == "pipeline" else None,
         "sync_bn": run.sync_bn,
         "scaling": run.scaling,
         "model": run.model,

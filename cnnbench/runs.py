@@ -73,6 +73,8 @@ class Run:
     mode: str = "train"  # train | infer (the infer plan is in `infer`)
     infer: dict[str, Any] = field(default_factory=dict)
     profile_dir: str = ""  # --profile: trace one window into this folder
+    model_parallel: int = 1  # devices per model copy (data+tensor)
+    microbatches: int = 1  # pipeline micro-batches per step
 
     @property
     def device_type(self) -> str:
@@ -190,7 +192,8 @@ def expand(spec: Spec, *, backends: tuple[str, ...] | None = None,
                 warmup_steps=spec.timing.warmup_steps, windows=spec.timing.windows,
                 window_steps=spec.timing.window_steps, seed=spec.seed,
                 target_accuracy=spec.target_accuracy, timeout_s=spec.timeout_s, options=options,
-                host_rank=host_rank, coordinator=coordinator,
+                host_rank=host_rank, coordinator=coordinator, model_parallel=spec.model_parallel,
+                microbatches=spec.microbatches,
             )
             problem = getattr(backend_module(backend), "unsupported", lambda _: None)(run)
             if problem:

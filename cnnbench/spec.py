@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backends import BACKEND_NAMES, REGISTRY
+from backends import BACKEND_NAMES, MODEL_PARALLEL_STRATEGIES, REGISTRY
 from cnnbench import data as data_sources
 from cnnbench.errors import DataError, SpecError
 from cnnbench.models import MODELS
@@ -62,7 +62,8 @@ class TimingSpec:
 class TorchOptions:
     """PyTorch backend options."""
 
-    strategies: tuple[str, ...] = _f(("ddp",), "Strategies to run.", choices=REGISTRY["torch"].strategies)
+    strategies: tuple[str, ...] = _f(("ddp",), "ddp: DistributedDataParallel; pipeline: GPipe.",
+                                     choices=REGISTRY["torch"].strategies + ("tensor", "data+tensor"))
     compile_mode: str = _f("default", "torch.compile mode when `compile = true`.", choices=COMPILE_MODES)
     channels_last: bool = _f(False, "Use the channels_last memory format for model and inputs.")
     num_workers: int = _f(0, "DataLoader worker processes (real data).", min=0)
@@ -79,7 +80,7 @@ class TensorflowOptions:
     """TensorFlow/Keras backend options."""
 
     strategies: tuple[str, ...] = _f(("mirrored",), "mirrored: custom step under strategy.run; fit: model.fit.",
-                                     choices=REGISTRY["tensorflow"].strategies)
+                                     choices=REGISTRY["tensorflow"].strategies + MODEL_PARALLEL_STRATEGIES)
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,9 @@ class Spec:
     precision: tuple[str, ...] = _f(("fp32",), "Compute precision(s).", choices=PRECISIONS)
     compile: bool = _f(False, "torch.compile / XLA jit_compile (JAX always jits).")
     sync_bn: bool = _f(False, "Synchronize batch-norm statistics across devices.")
+    model_parallel: int = _f(2, "Devices that share one model copy in data+tensor (tensor and pipeline use "
+                                "all devices of the run).", min=1)
+    microbatches: int = _f(4, "Micro-batches per step of the pipeline strategy.", min=1)
     epochs: int = _f(1, "Epochs over the training set (real data).", min=1)
     steps: int = _f(0, "Total steps (synthetic data; default: what the timing protocol needs).", min=0)
     trials: int = _f(1, "Repetitions of every run.", min=1)

@@ -22,10 +22,12 @@ def _batch(global_batch: int, size: int, channels: int, seed: int = 1):
 
 
 @functools.cache
-def _step(backend, strategy, model, devices, size, channels, sync_bn=False, batch=8):
+def _step(backend, strategy, model, devices, size, channels, sync_bn=False, batch=8, model_parallel=1,
+          microbatches=1):
     x, y = _batch(batch, size, channels)
     run = probe_run(backend, strategy, model, devices=devices, image_size=size, channels=channels,
-                    num_classes=10, global_batch=batch, lr=0.1, sync_bn=sync_bn)
+                    num_classes=10, global_batch=batch, lr=0.1, sync_bn=sync_bn, model_parallel=model_parallel,
+                    microbatches=microbatches)
     return run_probe(run, random_weights(model, size, channels, 10), x, y, x[:2])
 
 
@@ -67,3 +69,36 @@ def test_jax_local_bn_differs_from_sync_bn():
     assert _max_abs_diff(one.weights, local.weights) > 1e-4
     # ...and the two strategies implement the same local-BN semantics.
     assert _max_abs_diff(local.weights, pmap_local.weights) <= 1e-5
+
+
+# -- model parallelism: the same one-step update as one device ------------------------------------
+
+
+def test_jax_tensor_parallel_resnet_equals_one_device():
+    """Channels sharded over 2 devices (kernels by output channel, BN by channel): XLA's collectives
+    reproduce the single-device step, batch norm included (all shards see the whole batch)."""
+    one = _step("jax", "sharded", *RESNET[:1], 1, *RESNET[1:], batch=16)
+    tensor = _step("jax", "tensor", *RESNET[:1], 2, *RESNET[1:], batch=16)
+    assert _max_abs_diff(one.weights, tensor.weights) <= 1e-5
+
+
+def test_jax_data_plus_tensor_on_a_2x2_mesh_equals_one_device():
+    one = _step("jax", "sharded", "smallcnn", 1, 8, 1)
+    mesh = _step("jax", "data+tensor", "smallcnn", 4, 8, 1, model_parallel=2)
+    assert _max_abs_diff(one.weights, mesh.weights) <= 1e-5
+
+
+def test_torch_pipeline_of_micro_batches_equals_one_device():
+    """Two stages, four micro-batches (GPipe): gradients scaled by the micro-batch count."""
+    one = _step("torch", "ddp", "smallcnn", 1, 8, 1)
+    pipe = _step("torch", "pipeline", "smallcnn", 2, 8, 1, microbatches=4)
+    assert _max_abs_diff(one.weights, pipe.weights) <= 1e-5
+    assert np.abs(one.logits - pipe.logits).max() <= 1e-5
+
+
+def test_torch_pipeline_resnet_with_one_micro_batch_equals_one_device():
+    """With batch norm, one micro-batch normalises like the whole batch: running statistics too
+    (they also prove that no stage ran an extra training-mode forward)."""
+    one = _step("torch", "ddp", *RESNET[:1], 1, *RESNET[1:], batch=16)
+    pipe = _step("torch", "pipeline", *RESNET[:1], 2, *RESNET[1:], batch=16, microbatches=1)
+    assert _max_abs_diff(one.weights, pipe.weights) <= 1e-5

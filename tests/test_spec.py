@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import run_cli, write_spec
+from conftest import TINY_DIGITS, run_cli, write_spec
 
 from cnnbench.errors import SpecError
 from cnnbench.runs import expand, plan_windows
@@ -139,3 +139,14 @@ def test_cli_validate_prints_runs(tiny_spec):
     done = run_cli("validate", tiny_spec)
     assert done.returncode == 0, done.stderr
     assert "1 run(s)" in done.stdout and "torch/ddp" in done.stdout
+
+
+@pytest.mark.parametrize("table, strategy, expected", [
+    ("tensorflow", "pipeline", "TensorFlow has no maintained native mechanism"),
+    ("torch", "tensor", "shards convolutions along the batch only"),
+    ("jax", "data+tensor", "needs a multiple of model_parallel"),
+])
+def test_unsupported_model_parallel_combinations_are_refused_with_a_reason(tmp_path, table, strategy, expected):
+    text = TINY_DIGITS.replace('["torch"]', f'["{table}"]').replace("devices = [1]", "devices = [2]")
+    done = run_cli("validate", write_spec(tmp_path, text + f'[{table}]\nstrategies = ["{strategy}"]\n'))
+    assert done.returncode == 2 and expected in done.stderr, done.stderr
