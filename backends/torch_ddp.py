@@ -34,7 +34,20 @@ def launch_layout(run: Run) -> Layout:
     env = {"OMP_NUM_THREADS": str(cpu_threads_per_process(processes))}
     if run.device_kind == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run must not touch a GPU that happens to be there
+    if processes == 1 and run.hosts == 1:
+        # One process: the environment torchrun would give it, without torchrun's own interpreter
+        # (which costs a second PyTorch import per run). The process group is the same.
+        env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+        return Layout(processes=1, env=env)
     return Layout(processes=processes, env=env, torchrun=True)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def pipeline_pieces(model: str) -> int:

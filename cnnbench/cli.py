@@ -271,7 +271,7 @@ def list_things() -> None:
     print("backends:")
     for entry in REGISTRY.values():
         version = envinfo.backend_version(entry.name) or "not installed"
-        print(f"  {entry.name:11s} strategies: {', '.join(entry.strategies):16s} {version}")
+        print(f"  {entry.name:11s} {version:22s} strategies: {', '.join(entry.strategies)}")
 
 
 @app.command()

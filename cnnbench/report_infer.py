@@ -36,7 +36,14 @@ def ablation_table(frame: pd.DataFrame) -> pd.DataFrame:
             out.append({"model": model, "backend": backend, "batch": batch, "variant": r.variant,
                         "batch_ms": r.batch_ms, "gain_ms": base_ms - r.batch_ms,
                         "speedup": base_ms / r.batch_ms})
-    return pd.DataFrame(out)
+    from cnnbench.spec import INFER_TOGGLES
+
+    order = {name: i for i, name in enumerate(("baseline", *INFER_TOGGLES, "all"))}
+    table = pd.DataFrame(out)
+    if table.empty:
+        return table
+    table["order"] = table["variant"].map(lambda v: order.get(v, 99))
+    return table.sort_values(["model", "backend", "batch", "order"]).drop(columns="order").reset_index(drop=True)
 
 
 def ablation_markdown(table: pd.DataFrame) -> str:
