@@ -194,7 +194,6 @@ class KerasTrainer:
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
             self.model.compile(optimizer=optimizer, jit_compile=jit_compile,
                                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        self._scope = scope
         self.batches = FitBatches(run, ctx.dataset)
         self.steps_per_epoch = run.steps_per_epoch
         self._callback = None

@@ -52,7 +52,7 @@ def _free_port() -> int:
 
 def pipeline_pieces(model: str) -> int:
     """Pieces a model splits into for the pipeline (stem, every residual block, head); see
-    torch_pipeline.pieces, which this count must match (a test checks it)."""
+    torch_pipeline.pieces, which this count must match (the pipeline trainer asserts it)."""
     from cnnbench.models import RESNET18_BLOCKS, RESNET50_BLOCKS
 
     return {"smallcnn": 3, "resnet18_cifar": sum(RESNET18_BLOCKS) + 2, "resnet50": sum(RESNET50_BLOCKS) + 2}[model]
@@ -104,28 +104,11 @@ def build_inference(run: Run, variant):
 class TorchTrainer:
     def __init__(self, run: Run, ctx: BuildContext) -> None:
         import torch
-        import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
 
         from backends.torch_models import build_model
 
-        self.run, self.ctx = run, ctx
-        self.rank, self.world = ctx.process_index, ctx.process_count
-        on_gpu = run.device_kind == "gpu"
-        if on_gpu:
-            self.device = torch.device("cuda", ctx.local_rank)
-            torch.cuda.set_device(self.device)
-            torch.backends.cudnn.benchmark = True
-            # TF32 for fp32 matmuls, as XLA (JAX, TensorFlow) does by default on GPUs.
-            torch.set_float32_matmul_precision("high")
-        else:
-            self.device = torch.device("cpu")
-        if not dist.is_initialized():
-            dist.init_process_group("nccl" if on_gpu else "gloo",
-                                    device_id=self.device if on_gpu else None)
-        torch.manual_seed(run.seed)
-        self.memory_format = (torch.channels_last if run.options.get("channels_last")
-                              else torch.contiguous_format)
+        on_gpu = self._join(run, ctx)
         module = build_model(run.model, run.image_size, run.channels, run.num_classes)
         if run.sync_bn:
             module = torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
@@ -149,6 +132,30 @@ class TorchTrainer:
         self.loss_sum = torch.zeros((), device=self.device)
         self.loss_steps = 0
         self._setup_input()
+
+    def _join(self, run: Run, ctx: BuildContext) -> bool:
+        """This process's device and the process group (shared with the pipeline trainer); True on GPU."""
+        import torch
+        import torch.distributed as dist
+
+        self.run, self.ctx = run, ctx
+        self.rank, self.world = ctx.process_index, ctx.process_count
+        on_gpu = run.device_kind == "gpu"
+        if on_gpu:
+            self.device = torch.device("cuda", ctx.local_rank)
+            torch.cuda.set_device(self.device)
+            torch.backends.cudnn.benchmark = True
+            # TF32 for fp32 matmuls, as XLA (JAX, TensorFlow) does by default on GPUs.
+            torch.set_float32_matmul_precision("high")
+        else:
+            self.device = torch.device("cpu")
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if on_gpu else "gloo",
+                                    device_id=self.device if on_gpu else None)
+        torch.manual_seed(run.seed)
+        self.memory_format = (torch.channels_last if run.options.get("channels_last")
+                              else torch.contiguous_format)
+        return on_gpu
 
     # -- input ---------------------------------------------------------------------------------
     def _setup_input(self) -> None:

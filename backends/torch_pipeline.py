@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from backends.torch_ddp import TorchTrainer, optimizer_kwargs
+from backends.torch_ddp import TorchTrainer, optimizer_kwargs, pipeline_pieces
 from backends.torch_models import ResNet, SmallCNN, build_model
 from cnnbench.runs import Run
 from cnnbench.trainer import BuildContext
@@ -49,23 +49,10 @@ class PipelineTrainer(TorchTrainer):
     def __init__(self, run: Run, ctx: BuildContext) -> None:  # noqa: D107 - the module docstring says it
         from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
-        self.run, self.ctx = run, ctx
-        self.rank, self.world = ctx.process_index, ctx.process_count
-        on_gpu = run.device_kind == "gpu"
-        self.device = torch.device("cuda", ctx.local_rank) if on_gpu else torch.device("cpu")
-        if on_gpu:
-            torch.cuda.set_device(self.device)
-            torch.backends.cudnn.benchmark = True
-            torch.set_float32_matmul_precision("high")
-        if not dist.is_initialized():
-            dist.init_process_group("nccl" if on_gpu else "gloo", device_id=self.device if on_gpu else None)
-        torch.manual_seed(run.seed)
-        self.memory_format = torch.channels_last if run.options.get("channels_last") else torch.contiguous_format
+        on_gpu = self._join(run, ctx)
         self.module = build_model(run.model, run.image_size, run.channels, run.num_classes).to(
             self.device, memory_format=self.memory_format)
         parts = pieces(self.module)
-        from backends.torch_ddp import pipeline_pieces
-
         assert len(parts) == pipeline_pieces(run.model), "pipeline_pieces() disagrees with pieces()"
         self.ranges = split_points(len(parts), self.world)
         start, end = self.ranges[self.rank]
@@ -112,8 +99,9 @@ class PipelineTrainer(TorchTrainer):
         return stage_in.detach().requires_grad_(start > 0), x.detach().requires_grad_(True)
 
     def _setup_pipeline_input(self) -> None:
-        """Every stage reads the same global batch (the first feeds it in, the last scores it)."""
-        from torch.utils.data import DataLoader, RandomSampler, TensorDataset
+        """Every stage reads the same global batch (the first feeds it in, the last scores it): the
+        data-parallel input path with one replica, so shuffling per epoch is the same as there."""
+        from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
         run, data = self.run, self.ctx.dataset
         if run.dataset == "synthetic":
@@ -123,22 +111,11 @@ class PipelineTrainer(TorchTrainer):
             return
         self.fixed_batch = None
         dataset = TensorDataset(torch.from_numpy(data.train_x), torch.from_numpy(data.train_y))
-        generator = torch.Generator().manual_seed(run.seed)  # the same order on every rank
-        self.loader = DataLoader(dataset, batch_size=run.global_batch, drop_last=True,
-                                 sampler=RandomSampler(dataset, generator=generator))
+        self.sampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=run.seed,
+                                          drop_last=True)
+        self.loader = DataLoader(dataset, batch_size=run.global_batch, sampler=self.sampler, drop_last=True)
         self.steps_per_epoch = len(self.loader)
-        self.batches = iter(())
-
-    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.fixed_batch is not None:
-            return self.fixed_batch
-        try:
-            x, y = next(self.batches)
-        except StopIteration:
-            self.batches = iter(self.loader)
-            x, y = next(self.batches)
-        return (x.to(self.device, memory_format=self.memory_format, non_blocking=True),
-                y.to(self.device, non_blocking=True))
+        self.epoch, self.batches = 0, iter(())
 
     def step(self) -> None:
         x, y = self._next_batch()

@@ -54,10 +54,19 @@ def _parse_devices(text: str | None) -> tuple[int, ...] | None:
     return counts
 
 
+def _check_device(device: str | None) -> None:
+    if device not in (None, "cpu", "gpu"):
+        raise UserError(f"--device: expected cpu or gpu, found {device!r}")
+
+
 SpecArg = Annotated[Optional[Path], typer.Argument(help="Experiment TOML (default: experiments/quickstart.toml).")]
 BackendOpt = Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="Backend(s) to run, or all.")]
 DevicesOpt = Annotated[Optional[str], typer.Option(help="Device counts, e.g. 1,2,4 (overrides the spec).")]
 OutOpt = Annotated[Path, typer.Option(help="Results CSV to append to.")]
+DeviceOpt = Annotated[Optional[str], typer.Option(help="cpu or gpu (overrides the spec's device).")]
+PeakTflopsOpt = Annotated[Optional[float], typer.Option(help="Device peak TFLOP/s for the mfu column.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Stream worker output.")]
+NoReportOpt = Annotated[bool, typer.Option("--no-report", help="Do not regenerate the charts.")]
 
 
 @app.command()
@@ -67,17 +76,17 @@ def run(
     devices: DevicesOpt = None,
     out: OutOpt = DEFAULT_OUT,
     trials: Annotated[Optional[int], typer.Option(min=1, help="Trials (overrides the spec).")] = None,
-    device: Annotated[Optional[str], typer.Option(help="cpu or gpu (overrides the spec's device).")] = None,
+    device: DeviceOpt = None,
     compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile",
                                                     help="Override the spec's compile switch.")] = None,
     hosts: Annotated[int, typer.Option(min=1, help="Hosts taking part (run this on each).")] = 1,
     host_rank: Annotated[int, typer.Option(min=0, help="This host's rank, 0..hosts-1.")] = 0,
     coordinator: Annotated[str, typer.Option(help="ADDR:PORT of host 0, for hosts > 1.")] = "",
-    peak_tflops: Annotated[Optional[float], typer.Option(help="Device peak TFLOP/s for the mfu column.")] = None,
+    peak_tflops: PeakTflopsOpt = None,
     profile: Annotated[Optional[Path], typer.Option(
         help="Trace the first timed window of each run into DIR/<run_id> (left out of the timing).")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream worker output.")] = False,
-    no_report: Annotated[bool, typer.Option("--no-report", help="Do not regenerate the charts.")] = False,
+    verbose: VerboseOpt = False,
+    no_report: NoReportOpt = False,
 ) -> None:
     """Run an experiment: every backend x strategy x device count x trial, one row each."""
     from cnnbench.execute import execute_runs
@@ -88,8 +97,7 @@ def run(
         raise UserError("--coordinator: required with --hosts > 1 (ADDR:PORT of host 0)")
     if host_rank >= hosts:
         raise UserError(f"--host-rank: expected 0..{hosts - 1}, found {host_rank}")
-    if device not in (None, "cpu", "gpu"):
-        raise UserError(f"--device: expected cpu or gpu, found {device!r}")
+    _check_device(device)
     parsed = load_spec(spec or DEFAULT_SPEC)
     if compile is not None:
         parsed = dataclasses.replace(parsed, compile=compile)
@@ -113,18 +121,17 @@ def sweep(
     out: OutOpt = DEFAULT_OUT,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; run nothing.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Rerun runs that already have an ok row.")] = False,
-    device: Annotated[Optional[str], typer.Option(help="cpu or gpu (overrides the spec's device).")] = None,
-    peak_tflops: Annotated[Optional[float], typer.Option(help="Device peak TFLOP/s for the mfu column.")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream worker output.")] = False,
-    no_report: Annotated[bool, typer.Option("--no-report", help="Do not regenerate the charts.")] = False,
+    device: DeviceOpt = None,
+    peak_tflops: PeakTflopsOpt = None,
+    verbose: VerboseOpt = False,
+    no_report: NoReportOpt = False,
 ) -> None:
     """Run every run of a spec that has no ok row in OUT yet: an interrupted sweep resumes."""
     from cnnbench.execute import execute_runs, split_done
     from cnnbench.runs import expand
     from cnnbench.spec import load_spec
 
-    if device not in (None, "cpu", "gpu"):
-        raise UserError(f"--device: expected cpu or gpu, found {device!r}")
+    _check_device(device)
     runs = expand(load_spec(spec), backends=_parse_backends(backend), devices=_parse_devices(devices),
                   device_kind=device, check_devices=not dry_run)
     todo, done = (runs, []) if force else split_done(runs, out)
@@ -202,19 +209,18 @@ def infer(
     spec: Annotated[Path, typer.Argument(help="Experiment TOML with [infer] (and [serve]) tables.")],
     backend: BackendOpt = None,
     out: Annotated[Path, typer.Option(help="Results CSV to append to.")] = Path("results") / "infer.csv",
-    device: Annotated[Optional[str], typer.Option(help="cpu or gpu (overrides the spec's device).")] = None,
+    device: DeviceOpt = None,
     profile: Annotated[Optional[Path], typer.Option(help="Trace one window of the largest sweep batch here.")] = None,
-    peak_tflops: Annotated[Optional[float], typer.Option(help="Device peak TFLOP/s for the mfu column.")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream worker output.")] = False,
-    no_report: Annotated[bool, typer.Option("--no-report", help="Do not regenerate the charts.")] = False,
+    peak_tflops: PeakTflopsOpt = None,
+    verbose: VerboseOpt = False,
+    no_report: NoReportOpt = False,
 ) -> None:
     """Inference: batch-size sweep, optimisation ablation and dynamic batching under load."""
     from cnnbench.execute import INFER_TABLE, execute_infer, format_table
     from cnnbench.infer_plan import expand_infer
     from cnnbench.spec import load_spec
 
-    if device not in (None, "cpu", "gpu"):
-        raise UserError(f"--device: expected cpu or gpu, found {device!r}")
+    _check_device(device)
     runs, skipped = expand_infer(load_spec(spec), backends=_parse_backends(backend), device_kind=device,
                                  profile_dir=str(profile.resolve()) if profile else "")
     rows = execute_infer(runs, skipped, out, verbose=verbose, peak_tflops=peak_tflops)

@@ -10,7 +10,7 @@ from typing import Any
 
 from backends import REGISTRY
 from cnnbench import envinfo, results
-from cnnbench.launch import launch
+from cnnbench.launch import Outcome, launch
 from cnnbench.rows import infer_rows, outcome_row, skipped_row, skipped_variant_row
 from cnnbench.runs import Run
 from cnnbench.schema import CONFIG_KEY
@@ -31,16 +31,29 @@ def _summary(row: dict[str, Any]) -> str:
     return text
 
 
-def execute_one(run: Run, *, verbose: bool = False, peak_tflops: float | None = None
-                ) -> tuple[dict[str, Any], list[dict]]:
-    """(row, per-epoch history) of one run; a missing framework gives a skipped row."""
+def _missing(run: Run) -> str | None:
+    """Why a run cannot start here: its framework (or Keras engine) is not installed."""
     if envinfo.backend_version(run.backend, run.strategy) is None:
-        hint = REGISTRY[run.backend].install_hint
-        return skipped_row(run, f"{run.backend}/{run.strategy} is not installed; {hint}"), []
+        return f"{run.backend}/{run.strategy} is not installed; {REGISTRY[run.backend].install_hint}"
+    return None
+
+
+def _launch(run: Run, verbose: bool) -> Outcome:
+    """Launch the run's process tree; without -v, show the end of a failed run's log."""
     outcome = launch(run, verbose=verbose)
     if outcome.status != "ok" and not verbose:
         for line in outcome.log_tail[-15:]:
             _say(f"    | {line}")
+    return outcome
+
+
+def execute_one(run: Run, *, verbose: bool = False, peak_tflops: float | None = None
+                ) -> tuple[dict[str, Any], list[dict]]:
+    """(row, per-epoch history) of one run; a missing framework gives a skipped row."""
+    reason = _missing(run)
+    if reason:
+        return skipped_row(run, reason), []
+    outcome = _launch(run, verbose)
     return outcome_row(run, outcome, peak_tflops), outcome.result.get("history", [])
 
 
@@ -99,15 +112,11 @@ def execute_infer(runs: Sequence[Run], skipped: Sequence[tuple[Run, Any, str]], 
         _say(f"[{index}/{len(runs)}] {run.backend} infer {run.model} {run.precision}: "
              f"{len(run.infer['jobs'])} job(s) ...")
         started = time.perf_counter()
-        if envinfo.backend_version(run.backend) is None:
-            reason = f"{run.backend} is not installed; {REGISTRY[run.backend].install_hint}"
+        reason = _missing(run)
+        if reason:
             new = [skipped_variant_row(run, run.infer["jobs"][0]["variant"], reason, run.global_batch)]
         else:
-            outcome = launch(run, verbose=verbose)
-            if outcome.status != "ok" and not verbose:
-                for line in outcome.log_tail[-15:]:
-                    _say(f"    | {line}")
-            new = infer_rows(run, outcome, peak_tflops)
+            new = infer_rows(run, _launch(run, verbose), peak_tflops)
         results.append_rows(out, new)
         rows += new
         failed = sum(r["status"] == "failed" for r in new)
