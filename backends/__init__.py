@@ -31,7 +31,7 @@ REGISTRY: dict[str, BackendEntry] = {
         BackendEntry("tensorflow", "backends.tf_mirrored", ("mirrored", "fit"),
                      ("tensorflow", "tensorflow-cpu", "keras"),
                      "pip install tensorflow-cpu keras (GPU: tensorflow[and-cuda])"),
-        BackendEntry("jax", "backends.jax_spmd", ("sharded", "pmap", "tensor", "data+tensor"),
+        BackendEntry("jax", "backends.jax_spmd", ("sharded", "pmap", "tensor", "data+tensor", "pipeline"),
                      ("jax", "jaxlib", "flax", "optax"),
                      "pip install jax flax optax (GPU: jax[cuda12])"),
         BackendEntry("keras", "backends.keras_engines", ("keras-jax", "keras-torch", "keras-tensorflow"),

@@ -11,6 +11,7 @@ statistics, biased variance for the running estimate). The variance takes two pa
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -78,16 +79,33 @@ class BatchNorm(nn.Module):
 class SmallCNN(nn.Module):
     num_classes: int
     dtype: Any = jnp.float32
+    span: tuple[int, int] | None = None  # a pipeline stage: pieces [start, end) only
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
-        d = smallcnn_dims(x.shape[1], x.shape[-1], self.num_classes)
+        # Only the widths are read: Flax infers every layer's input size (the image size is not needed).
+        d = smallcnn_dims(0, 0, self.num_classes)
         conv = {"kernel_size": (3, 3), "padding": ((1, 1), (1, 1)), "kernel_init": conv_init, "dtype": self.dtype}
-        x = nn.max_pool(nn.relu(nn.Conv(d["conv1"], name="conv1", **conv)(x.astype(self.dtype))), (2, 2), (2, 2))
-        x = nn.max_pool(nn.relu(nn.Conv(d["conv2"], name="conv2", **conv)(x)), (2, 2), (2, 2))
-        x = x.reshape(x.shape[0], -1)  # (H, W, C) order; converted to (C, H, W) in the weights
-        x = nn.relu(nn.Dense(d["hidden"], name="fc1", kernel_init=dense_init, dtype=self.dtype)(x))
-        return nn.Dense(self.num_classes, name="fc2", kernel_init=dense_init, dtype=self.dtype)(x).astype(jnp.float32)
+
+        def head(x):
+            x = x.reshape(x.shape[0], -1)  # (H, W, C) order; converted to (C, H, W) in the weights
+            x = nn.relu(nn.Dense(d["hidden"], name="fc1", kernel_init=dense_init, dtype=self.dtype)(x))
+            return nn.Dense(self.num_classes, name="fc2", kernel_init=dense_init, dtype=self.dtype)(x).astype(
+                jnp.float32)
+
+        pieces = [lambda x: nn.max_pool(nn.relu(nn.Conv(d["conv1"], name="conv1", **conv)(x.astype(self.dtype))),
+                                        (2, 2), (2, 2)),
+                  lambda x: nn.max_pool(nn.relu(nn.Conv(d["conv2"], name="conv2", **conv)(x)), (2, 2), (2, 2)),
+                  head]
+        return run_pieces(pieces, self.span, x)
+
+
+def run_pieces(pieces: list, span: tuple[int, int] | None, x: jax.Array) -> jax.Array:
+    """The whole forward pass, or a pipeline stage's part of it (the same pieces as PyTorch's)."""
+    start, end = span or (0, len(pieces))
+    for piece in pieces[start:end]:
+        x = piece(x)
+    return x
 
 
 class ResNet(nn.Module):
@@ -96,6 +114,7 @@ class ResNet(nn.Module):
     bn_groups: int = 1
     bn_axis: str | None = None
     dtype: Any = jnp.float32
+    span: tuple[int, int] | None = None  # a pipeline stage: pieces [start, end) only
 
     def _conv(self, x, features: int, k: int, stride: int, name: str):
         pad = k // 2
@@ -123,29 +142,36 @@ class ResNet(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
-        x = x.astype(self.dtype)
-        if self.bottleneck:
-            x = nn.relu(self._bn(self._conv(x, 64, 7, 2, "conv1"), "bn1", train))
-            x = nn.max_pool(x, (3, 3), (2, 2), padding=((1, 1), (1, 1)))
-        else:
-            x = nn.relu(self._bn(self._conv(x, 64, 3, 1, "conv1"), "bn1", train))
-        cin = 64
+        def stem(x):
+            x = x.astype(self.dtype)
+            if self.bottleneck:
+                x = nn.relu(self._bn(self._conv(x, 64, 7, 2, "conv1"), "bn1", train))
+                return nn.max_pool(x, (3, 3), (2, 2), padding=((1, 1), (1, 1)))
+            return nn.relu(self._bn(self._conv(x, 64, 3, 1, "conv1"), "bn1", train))
+
+        def head(x):
+            x = x.mean(axis=(1, 2))
+            return nn.Dense(self.num_classes, name="fc", kernel_init=dense_init, dtype=self.dtype)(x).astype(
+                jnp.float32)
+
+        pieces, cin = [stem], 64
         for stage, (count, width) in enumerate(zip(RESNET50_BLOCKS if self.bottleneck else RESNET18_BLOCKS,
                                                    RESNET_WIDTHS), start=1):
             for index in range(count):
                 stride = 2 if stage > 1 and index == 0 else 1
-                x = self._block(x, cin, width, stride, f"layer{stage}.{index}", train)
+                pieces.append(functools.partial(self._block, cin=cin, width=width, stride=stride,
+                                                name=f"layer{stage}.{index}", train=train))
                 cin = width * (BOTTLENECK_EXPANSION if self.bottleneck else 1)
-        x = x.mean(axis=(1, 2))
-        return nn.Dense(self.num_classes, name="fc", kernel_init=dense_init, dtype=self.dtype)(x).astype(jnp.float32)
+        return run_pieces([*pieces, head], self.span, x)
 
 
 def build_model(name: str, num_classes: int, dtype: Any = jnp.float32, bn_groups: int = 1,
-                bn_axis: str | None = None) -> nn.Module:
+                bn_axis: str | None = None, span: tuple[int, int] | None = None) -> nn.Module:
+    """A model, or with ``span`` the pieces [start, end) of it that one pipeline stage runs."""
     if name == "smallcnn":
-        return SmallCNN(num_classes, dtype)
+        return SmallCNN(num_classes, dtype, span)
     if name in ("resnet18_cifar", "resnet50"):
-        return ResNet(num_classes, name == "resnet50", bn_groups, bn_axis, dtype)
+        return ResNet(num_classes, name == "resnet50", bn_groups, bn_axis, dtype, span)
     raise ValueError(f"unknown model {name!r}")
 
 

@@ -8,6 +8,9 @@
   ``pmean``-ed across the axis.
 In both, running statistics are averaged across devices (as MirroredStrategy's mirrored
 variables are), so every device evaluates with the same model.
+- ``tensor`` / ``data+tensor``: the same jitted step over a ``('data', 'model')`` mesh with the
+  weights sharded by channel over ``model`` (:func:`tensor_spec`).
+- ``pipeline``: one stage per device, GPipe micro-batches (:mod:`backends.jax_pipeline`).
 
 Emulated devices come from ``--xla_force_host_platform_device_count``, set by the launcher before
 JAX is imported; across hosts ``jax.distributed.initialize`` joins the processes. JAX is imported
@@ -23,6 +26,7 @@ import numpy as np
 
 from cnnbench import envinfo
 from cnnbench.launch import Layout
+from cnnbench.pipeline import pipeline_unsupported
 from cnnbench.runs import Run
 from cnnbench.trainer import BuildContext
 
@@ -34,7 +38,7 @@ def version() -> str | None:
 
 
 def strategies() -> tuple[str, ...]:
-    return ("sharded", "pmap", "tensor", "data+tensor")
+    return ("sharded", "pmap", "tensor", "data+tensor", "pipeline")
 
 
 MODEL = "model"
@@ -76,6 +80,8 @@ def unsupported(run: Run) -> str | None:
                 f"multiple of model_parallel larger than it (use tensor for model parallelism alone)")
     if run.strategy in ("tensor", "data+tensor") and run.hosts > 1:
         return "tensor parallel strategies run on one host here"
+    if run.strategy == "pipeline":
+        return pipeline_unsupported(run)
     return None
 
 
@@ -91,6 +97,10 @@ def launch_layout(run: Run) -> Layout:
 
 
 def build(run: Run, ctx: BuildContext):
+    if run.strategy == "pipeline":
+        from backends.jax_pipeline import JaxPipelineTrainer
+
+        return JaxPipelineTrainer(run, ctx)
     return JaxTrainer(run, ctx)
 
 
@@ -112,11 +122,29 @@ def devices() -> list[str]:
     return [f"{d.platform}:{d.id} {d.device_kind}" for d in jax.devices()]
 
 
+def make_optimizer(run: Run, lr_table):
+    """SGD with coupled L2 (as PyTorch's), the learning rate read from the run's per-step table."""
+    import jax.numpy as jnp
+    import optax
+
+    table = jnp.asarray(lr_table)
+    schedule = lambda count: table[jnp.minimum(count, table.shape[0] - 1)]  # noqa: E731
+    return optax.chain(
+        optax.add_decayed_weights(run.weight_decay),  # coupled L2, as PyTorch's SGD
+        optax.sgd(schedule, momentum=run.momentum or None, nesterov=run.nesterov),
+    )
+
+
+def compute_dtype(run: Run):
+    import jax.numpy as jnp
+
+    return {"bf16": jnp.bfloat16, "fp16": jnp.float16}.get(run.precision, jnp.float32)
+
+
 class JaxTrainer:
     def __init__(self, run: Run, ctx: BuildContext) -> None:
         import jax
         import jax.numpy as jnp
-        import optax
         from jax.sharding import NamedSharding
         from jax.sharding import PartitionSpec as P
 
@@ -130,7 +158,7 @@ class JaxTrainer:
             raise RuntimeError(f"{run.devices} devices requested, JAX sees {len(jax.devices())}")
         self.local_devices = [d for d in self.devices if d.process_index == jax.process_index()]
         self.pmap = run.strategy == "pmap"
-        dtype = {"bf16": jnp.bfloat16, "fp16": jnp.float16}.get(run.precision, jnp.float32)
+        dtype = compute_dtype(run)
         data_ways, model_ways = mesh_shape(run)
         # Local BN = one group per data-parallel slice of the batch (model shards see the same images).
         groups = data_ways if (not self.pmap and not run.sync_bn) else 1
@@ -140,12 +168,7 @@ class JaxTrainer:
         self.eval_model = build_model(run.model, run.num_classes, dtype)
         shape = (1, run.image_size, run.image_size, run.channels)
         variables = self.model.init(jax.random.key(run.seed), jnp.zeros(shape, jnp.float32), train=False)
-        table = jnp.asarray(ctx.lr_table)
-        schedule = lambda count: table[jnp.minimum(count, table.shape[0] - 1)]  # noqa: E731
-        self.tx = optax.chain(
-            optax.add_decayed_weights(run.weight_decay),  # coupled L2, as PyTorch's SGD
-            optax.sgd(schedule, momentum=run.momentum or None, nesterov=run.nesterov),
-        )
+        self.tx = make_optimizer(run, ctx.lr_table)
         state = {"params": variables["params"], "batch_stats": variables.get("batch_stats", {})}
         state["opt_state"] = self.tx.init(state["params"])
         auto = jax.sharding.AxisType.Auto

@@ -14,6 +14,7 @@ import numpy as np
 
 from cnnbench import envinfo
 from cnnbench.launch import Layout, cpu_threads_per_process
+from cnnbench.pipeline import pipeline_unsupported
 from cnnbench.runs import Run
 from cnnbench.trainer import BuildContext
 
@@ -50,14 +51,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def pipeline_pieces(model: str) -> int:
-    """Pieces a model splits into for the pipeline (stem, every residual block, head); see
-    torch_pipeline.pieces, which this count must match (the pipeline trainer asserts it)."""
-    from cnnbench.models import RESNET18_BLOCKS, RESNET50_BLOCKS
-
-    return {"smallcnn": 3, "resnet18_cifar": sum(RESNET18_BLOCKS) + 2, "resnet50": sum(RESNET50_BLOCKS) + 2}[model]
-
-
 def unsupported(run: Run) -> str | None:
     """Why this backend cannot run a configuration (checked before anything is launched)."""
     if run.strategy in ("tensor", "data+tensor"):
@@ -65,13 +58,7 @@ def unsupported(run: Run) -> str | None:
                 f"(aten.convolution's sharding rule replicates the weight), so channel-sharded tensor "
                 f"parallelism for CNNs has no native support; use jax for tensor parallelism")
     if run.strategy == "pipeline":
-        if run.hosts > 1:
-            return "the pipeline strategy runs on one host here"
-        if run.devices > pipeline_pieces(run.model):
-            return (f"{run.devices} pipeline stages, but {run.model} splits into {pipeline_pieces(run.model)} "
-                    f"pieces (stem, blocks, head)")
-        if run.global_batch % run.microbatches:
-            return f"global batch {run.global_batch} does not split into {run.microbatches} micro-batches"
+        return pipeline_unsupported(run)
     return None
 
 

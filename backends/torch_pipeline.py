@@ -17,8 +17,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from backends.torch_ddp import TorchTrainer, optimizer_kwargs, pipeline_pieces
+from backends.torch_ddp import TorchTrainer, optimizer_kwargs
 from backends.torch_models import ResNet, SmallCNN, build_model
+from cnnbench.pipeline import pipeline_pieces, split_points
 from cnnbench.runs import Run
 from cnnbench.trainer import BuildContext
 
@@ -35,14 +36,6 @@ def pieces(model: nn.Module) -> list[nn.Module]:
         head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(1), model.fc)
         return [stem, *blocks, head]
     raise ValueError(f"no pipeline split for {type(model).__name__}")
-
-
-def split_points(count: int, stages: int) -> list[tuple[int, int]]:
-    """Contiguous [start, end) ranges of pieces, as even in piece count as possible."""
-    if stages > count:
-        raise ValueError(f"{stages} pipeline stages, but the model has only {count} pieces")
-    bounds = np.linspace(0, count, stages + 1).round().astype(int)
-    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
 
 
 class PipelineTrainer(TorchTrainer):

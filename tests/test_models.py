@@ -12,6 +12,8 @@ from conftest import REPO
 from cnnbench import flops
 from cnnbench.layout import neutral_layout, trainable_count
 from cnnbench.models import REFERENCE_PARAMS
+from cnnbench.pipeline import pipeline_pieces, pipeline_unsupported, split_points
+from cnnbench.probe import probe_run
 
 
 def _shapes(backend: str) -> dict:
@@ -42,3 +44,14 @@ def test_resnet50_flops_match_the_published_figure():
     # torchvision's ResNet-50 at 224x224: 4.09 G multiply-adds.
     assert flops.forward_macs("resnet50", 224, 3, 1000) / 1e9 == pytest.approx(4.09, abs=0.02)
     assert flops.gflops_per_image("resnet18_cifar", 32, 3, 10) == pytest.approx(2 * 0.556, rel=0.02)
+
+
+def test_pipeline_stages_are_contiguous_even_runs_of_pieces_and_too_many_are_refused():
+    assert split_points(pipeline_pieces("smallcnn"), 2) == [(0, 2), (2, 3)]
+    assert split_points(pipeline_pieces("resnet50"), 4) == [(0, 4), (4, 9), (9, 14), (14, 18)]
+    too_many = probe_run("jax", "pipeline", "smallcnn", devices=4, image_size=8, channels=1, num_classes=10,
+                         global_batch=8)
+    assert pipeline_unsupported(too_many) == "4 pipeline stages, but smallcnn splits into 3 pieces (stem, blocks, head)"
+    fits = probe_run("torch", "pipeline", "smallcnn", devices=2, image_size=8, channels=1, num_classes=10,
+                     global_batch=8, microbatches=4)
+    assert pipeline_unsupported(fits) is None

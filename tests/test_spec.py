@@ -141,12 +141,14 @@ def test_cli_validate_prints_runs(tiny_spec):
     assert "1 run(s)" in done.stdout and "torch/ddp" in done.stdout
 
 
-@pytest.mark.parametrize("table, strategy, expected", [
-    ("tensorflow", "pipeline", "TensorFlow has no maintained native mechanism"),
-    ("torch", "tensor", "shards convolutions along the batch only"),
-    ("jax", "data+tensor", "needs a multiple of model_parallel"),
+@pytest.mark.parametrize("table, strategy, extra, expected", [
+    ("tensorflow", "pipeline", "", "TensorFlow has no maintained native mechanism"),
+    ("torch", "tensor", "", "shards convolutions along the batch only"),
+    ("jax", "data+tensor", "", "needs a multiple of model_parallel"),
+    ("jax", "pipeline", "microbatches = 3\n", "global batch 128 does not split into 3 micro-batches"),
 ])
-def test_unsupported_model_parallel_combinations_are_refused_with_a_reason(tmp_path, table, strategy, expected):
+def test_unsupported_model_parallel_combinations_are_refused_with_a_reason(tmp_path, table, strategy, extra,
+                                                                           expected):
     text = TINY_DIGITS.replace('["torch"]', f'["{table}"]').replace("devices = [1]", "devices = [2]")
-    done = run_cli("validate", write_spec(tmp_path, text + f'[{table}]\nstrategies = ["{strategy}"]\n'))
+    done = run_cli("validate", write_spec(tmp_path, extra + text + f'[{table}]\nstrategies = ["{strategy}"]\n'))
     assert done.returncode == 2 and expected in done.stderr, done.stderr
