@@ -128,7 +128,8 @@ class JaxPipelineTrainer(JaxTrainer):
         self._last = last_of(self.stages[-1], last_index == 0)
         self._backward = jax.jit(backward, donate_argnums=(2,))
         self._zeros = jax.jit(lambda params: jax.tree.map(jnp.zeros_like, params))
-        self._update = jax.jit(update, donate_argnums=(0, 1))
+        # The state's buffers become the new state's; the summed gradients have nothing to alias.
+        self._update = jax.jit(update, donate_argnums=(0,))
 
     # -- the step ------------------------------------------------------------------------------
     def step(self) -> None:
