@@ -58,7 +58,7 @@ class JaxPipelineTrainer(JaxTrainer):
             self.stages.append(module)
             self.names.append({c: list(shapes.get(c, {})) for c in ("params", "batch_stats")})
         self.state = self._split({"params": whole["params"], "batch_stats": whole.get("batch_stats", {})})
-        self._compile_stage_functions()
+        self._make_stage_programs()
         self._eval = jax.jit(self._eval_batch)
         self._losses: list = []
         self._setup_input()
@@ -74,7 +74,7 @@ class JaxPipelineTrainer(JaxTrainer):
         return states
 
     # -- the stage programs --------------------------------------------------------------------
-    def _compile_stage_functions(self) -> None:
+    def _make_stage_programs(self) -> None:
         jax, jnp = self.jax, self.jnp
         import optax
 
