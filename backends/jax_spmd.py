@@ -72,7 +72,7 @@ def tensor_spec(shape: tuple[int, ...], model: int):
 
 
 def unsupported(run: Run) -> str | None:
-    """Why this backend cannot run a configuration (checked before anything is launched)."""
+    """Why a configuration is impossible here (the spec is refused before anything is launched)."""
     if run.strategy == "pmap" and run.hosts > 1:
         return "strategy pmap runs on one host here; use sharded across hosts"
     if run.strategy == "data+tensor" and (run.devices % run.model_parallel or run.devices == run.model_parallel):

@@ -55,15 +55,20 @@ def engines_with_distribution() -> tuple[str, ...]:
     return tuple(e for e in ("jax", "torch", "tensorflow") if (backend_dir / e / "distribution_lib.py").exists())
 
 
+def not_supported(run: Run) -> str | None:
+    """What Keras itself lacks for a run (it becomes a ``skipped`` row with this reason)."""
+    if ENGINES[run.strategy] == "torch" and run.devices > 1 and "torch" not in engines_with_distribution():
+        return (f"not supported: keras {version()} has no data parallelism for the PyTorch engine "
+                f"(keras.distribution supports {', '.join(engines_with_distribution()) or 'no engine'}); "
+                f"run keras-torch on 1 device")
+    return None
+
+
 def unsupported(run: Run) -> str | None:
-    """Why this backend cannot run a configuration (checked before anything is launched)."""
+    """Why a configuration is impossible here (the spec is refused before anything is launched)."""
     engine = ENGINES[run.strategy]
     if run.hosts > 1:
         return "the keras backend runs on one host; use the jax, torch or tensorflow backend across hosts"
-    if engine == "torch" and run.devices > 1 and "torch" not in engines_with_distribution():
-        return (f"keras {version()} has no data parallelism for the PyTorch engine "
-                f"(keras.distribution supports {', '.join(engines_with_distribution()) or 'no engine'}); "
-                f"run keras-torch on 1 device")
     if engine == "jax" and run.devices > 1 and MODELS[run.model].has_batchnorm and not run.sync_bn:
         return ("keras-jax on several devices computes batch-norm statistics over the global batch "
                 "(keras.distribution.DataParallel is one SPMD program); set sync_bn = true")

@@ -67,14 +67,19 @@ def tf_config(run: Run) -> dict:
     return {"cluster": {"worker": worker_addresses(run)}, "task": {"type": "worker", "index": run.host_rank}}
 
 
-def unsupported(run: Run) -> str | None:
-    """Why this backend cannot run a configuration (checked before anything is launched)."""
+def not_supported(run: Run) -> str | None:
+    """What TensorFlow itself lacks for a run (it becomes a ``skipped`` row with this reason)."""
     if run.strategy in ("pipeline", "tensor", "data+tensor"):
-        return (f"strategy {run.strategy}: TensorFlow has no maintained native mechanism for it with Keras "
-                f"models (DTensor and its Keras integration were dropped); use the jax or torch backend")
+        return (f"not supported: strategy {run.strategy}: TensorFlow has no maintained native mechanism for it "
+                f"with Keras models (DTensor and its Keras integration were dropped); use the jax or torch backend")
     if run.hosts > 1 and run.strategy == "fit":
-        return (f"strategy fit across hosts: model.fit under MultiWorkerMirroredStrategy fails in keras "
-                f"{envinfo.package_version('keras')} (PerReplica inputs); use mirrored")
+        return (f"not supported: strategy fit across hosts: model.fit under MultiWorkerMirroredStrategy fails "
+                f"in keras {envinfo.package_version('keras')} (PerReplica inputs); use mirrored")
+    return None
+
+
+def unsupported(run: Run) -> str | None:
+    """Why a configuration is impossible here (the spec is refused before anything is launched)."""
     if run.hosts > 1 and run.device_kind == "cpu" and run.devices_per_host > 1:
         return "MultiWorkerMirroredStrategy on CPU uses one device per host; set devices = hosts"
     return None

@@ -51,12 +51,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def unsupported(run: Run) -> str | None:
-    """Why this backend cannot run a configuration (checked before anything is launched)."""
+def not_supported(run: Run) -> str | None:
+    """What PyTorch itself lacks for a run (it becomes a ``skipped`` row with this reason)."""
     if run.strategy in ("tensor", "data+tensor"):
-        return (f"strategy {run.strategy}: DTensor in torch {version()} shards convolutions along the batch only "
-                f"(aten.convolution's sharding rule replicates the weight), so channel-sharded tensor "
-                f"parallelism for CNNs has no native support; use jax for tensor parallelism")
+        return (f"not supported: strategy {run.strategy}: DTensor in torch {version()} shards convolutions along "
+                f"the batch only (aten.convolution's sharding rule replicates the weight), so channel-sharded "
+                f"tensor parallelism for CNNs has no native support; use jax for tensor parallelism")
+    return None
+
+
+def unsupported(run: Run) -> str | None:
+    """Why a configuration is impossible here (the spec is refused before anything is launched)."""
     if run.strategy == "pipeline":
         return pipeline_unsupported(run)
     return None

@@ -139,7 +139,8 @@ def sweep(
         print(f"{spec}: {len(runs)} run(s), {len(todo)} to run, {len(done)} already in {out}")
         for index, item in enumerate(runs, start=1):
             state = "run" if item in todo else "done"
-            print(f"  {index:3d}. [{state}] {item.label} scaling={item.scaling} global_batch={item.global_batch}")
+            print(f"  {index:3d}. [{state}] {item.label} scaling={item.scaling} global_batch={item.global_batch}"
+                  f"{_gap_note(item)}")
         return
     if done:
         print(f"skipping {len(done)} run(s) already ok in {out}", file=sys.stderr)
@@ -157,7 +158,15 @@ def validate(spec: Annotated[Path, typer.Argument(help="Experiment TOML.")],
     runs = expand(load_spec(spec), device_kind=device, check_devices=False)
     print(f"{spec}: valid, {len(runs)} run(s)")
     for index, item in enumerate(runs, start=1):
-        print(f"  {index:3d}. {item.label}  lr={item.lr:.4g} steps={item.total_steps}")
+        print(f"  {index:3d}. {item.label}  lr={item.lr:.4g} steps={item.total_steps}{_gap_note(item)}")
+
+
+def _gap_note(run) -> str:
+    """A run its framework cannot do is planned as a skipped row: the plan says so."""
+    from cnnbench.runs import not_supported
+
+    reason = not_supported(run)
+    return f"  -> skipped row ({reason})" if reason else ""
 
 
 @app.command()

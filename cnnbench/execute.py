@@ -12,7 +12,7 @@ from backends import REGISTRY
 from cnnbench import envinfo, results
 from cnnbench.launch import Outcome, launch
 from cnnbench.rows import infer_rows, outcome_row, skipped_row, skipped_variant_row
-from cnnbench.runs import Run
+from cnnbench.runs import Run, not_supported
 from cnnbench.schema import CONFIG_KEY
 
 
@@ -49,8 +49,8 @@ def _launch(run: Run, verbose: bool) -> Outcome:
 
 def execute_one(run: Run, *, verbose: bool = False, peak_tflops: float | None = None
                 ) -> tuple[dict[str, Any], list[dict]]:
-    """(row, per-epoch history) of one run; a missing framework gives a skipped row."""
-    reason = _missing(run)
+    """(row, per-epoch history) of one run; a missing framework or feature gives a skipped row."""
+    reason = _missing(run) or not_supported(run)
     if reason:
         return skipped_row(run, reason), []
     outcome = _launch(run, verbose)

@@ -202,6 +202,12 @@ def expand(spec: Spec, *, backends: tuple[str, ...] | None = None,
     return runs
 
 
+def not_supported(run: Run) -> str | None:
+    """What the run's framework lacks for it (a native mechanism, a feature of this version): such a
+    run is not an error in the spec but a ``skipped`` row saying so, so a comparison shows the gap."""
+    return getattr(backend_module(run.backend), "not_supported", lambda _: None)(run)
+
+
 def _check_devices(spec: Spec, kind: str, devices: tuple[int, ...], hosts: int) -> None:
     src = spec.source
     for n in devices:

@@ -51,11 +51,15 @@ def _refused(tmp_path, text: str) -> str:
     return done.stderr
 
 
-def test_keras_torch_on_several_devices_is_refused_with_the_keras_version(tmp_path):
-    text = KERAS_DIGITS.replace("devices = [1]", "devices = [1, 2]")
-    message = _refused(tmp_path, text)
-    assert "run keras-torch on 1 device" in message
-    assert f"keras {envinfo.package_version('keras')} has no data parallelism for the PyTorch engine" in message
+def test_keras_torch_on_several_devices_is_a_skipped_row_naming_the_keras_version(tmp_path):
+    text = KERAS_DIGITS.replace("devices = [1]", "devices = [2]").replace(
+        '["keras-torch", "keras-tensorflow"]', '["keras-torch"]')
+    out = tmp_path / "rows.csv"
+    done = run_cli("run", write_spec(tmp_path, text), "--out", out, "--no-report")
+    assert done.returncode == 0, done.stderr
+    (row,) = results.read_rows(out)
+    assert row["status"] == "skipped" and "run keras-torch on 1 device" in row["error"]
+    assert f"keras {envinfo.package_version('keras')} has no data parallelism for the PyTorch engine" in row["error"]
 
 
 def test_keras_jax_with_batch_norm_on_several_devices_needs_sync_bn(tmp_path):

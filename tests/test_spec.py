@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import TINY_DIGITS, run_cli, write_spec
 
+from cnnbench import results
 from cnnbench.errors import SpecError
 from cnnbench.runs import expand, plan_windows
 from cnnbench.spec import load_spec, parse_spec_text, spec_hash
@@ -141,13 +142,27 @@ def test_cli_validate_prints_runs(tiny_spec):
     assert "1 run(s)" in done.stdout and "torch/ddp" in done.stdout
 
 
+def test_strategies_a_framework_lacks_become_skipped_rows_with_the_reason(tmp_path):
+    """Not an error in the spec: the comparison gets a row that says why there is no number."""
+    text = (TINY_DIGITS.replace('["torch"]', '["tensorflow", "torch"]').replace("devices = [1]", "devices = [2]")
+            + '[tensorflow]\nstrategies = ["pipeline"]\n[torch]\nstrategies = ["tensor"]\n')
+    spec, out = write_spec(tmp_path, text), tmp_path / "rows.csv"
+    plan = run_cli("validate", spec)
+    assert plan.returncode == 0 and plan.stdout.count("-> skipped row (not supported") == 2, plan.stdout
+    done = run_cli("run", spec, "--out", out, "--no-report")
+    assert done.returncode == 0, done.stderr
+    pipeline, tensor = results.read_rows(out)
+    assert (pipeline["strategy"], pipeline["status"]) == ("pipeline", "skipped")
+    assert "TensorFlow has no maintained native mechanism" in pipeline["error"]
+    assert (tensor["strategy"], tensor["status"]) == ("tensor", "skipped")
+    assert "shards convolutions along the batch only" in tensor["error"]
+
+
 @pytest.mark.parametrize("table, strategy, extra, expected", [
-    ("tensorflow", "pipeline", "", "TensorFlow has no maintained native mechanism"),
-    ("torch", "tensor", "", "shards convolutions along the batch only"),
     ("jax", "data+tensor", "", "needs a multiple of model_parallel"),
     ("jax", "pipeline", "microbatches = 3\n", "global batch 128 does not split into 3 micro-batches"),
 ])
-def test_unsupported_model_parallel_combinations_are_refused_with_a_reason(tmp_path, table, strategy, extra,
+def test_impossible_model_parallel_configurations_are_refused_with_a_reason(tmp_path, table, strategy, extra,
                                                                            expected):
     text = TINY_DIGITS.replace('["torch"]', f'["{table}"]').replace("devices = [1]", "devices = [2]")
     done = run_cli("validate", write_spec(tmp_path, extra + text + f'[{table}]\nstrategies = ["{strategy}"]\n'))
