@@ -167,3 +167,11 @@ def test_impossible_model_parallel_configurations_are_refused_with_a_reason(tmp_
     text = TINY_DIGITS.replace('["torch"]', f'["{table}"]').replace("devices = [1]", "devices = [2]")
     done = run_cli("validate", write_spec(tmp_path, extra + text + f'[{table}]\nstrategies = ["{strategy}"]\n'))
     assert done.returncode == 2 and expected in done.stderr, done.stderr
+
+
+def test_pipeline_rows_do_not_claim_synchronized_batch_norm(tmp_path):
+    text = (TINY_DIGITS.replace('"smallcnn"', '"resnet18_cifar"').replace('"digits"', '"synthetic"')
+            .replace("epochs = 2", "image_size = 16\nsync_bn = true").replace("devices = [1]", "devices = [2]")
+            + '[torch]\nstrategies = ["ddp", "pipeline"]\n')
+    ddp, pipeline = expand(load_spec(write_spec(tmp_path, text)), check_devices=False)
+    assert (ddp.strategy, ddp.sync_bn) == ("ddp", True) and (pipeline.strategy, pipeline.sync_bn) == ("pipeline", False)
