@@ -308,6 +308,9 @@ class TorchTrainer:
         import torch.distributed as dist
 
         if dist.is_initialized():
+            # Every rank reaches the teardown before any closes its connections: a gloo peer that
+            # still reads when the other side hangs up aborts its process (SIGABRT), failing the run.
+            dist.barrier()
             dist.destroy_process_group()
 
     def device_name(self) -> str:

@@ -119,9 +119,15 @@ def _exit_reason(returncode: int) -> str:
 
 
 def _last_error_line(tail: deque) -> str:
-    for line in reversed(tail):
-        text = line.strip()
-        if text and ("Error" in text or "error" in text or "Exception" in text):
+    """The most telling line of a failed run's log: a C++ abort's message first (torchrun's summary
+    of a rank killed by a signal says only "error_file: <N/A>"), else the last error or exception."""
+    lines = [line.strip() for line in tail if line.strip()]
+    for marker in ("what():", "terminate called"):
+        found = [text for text in lines if marker in text]
+        if found:
+            return found[-1][:500]
+    for text in reversed(lines):
+        if ("Error" in text or "error" in text or "Exception" in text) and not text.startswith("error_file"):
             return text[:500]
     return ""
 

@@ -75,7 +75,7 @@ def run_probe(run: Run, weights: dict[str, np.ndarray] | None, x: np.ndarray, y:
         np.savez(probe_in, x=x.astype(np.float32), y=y.astype(np.int64), eval_x=eval_x.astype(np.float32), **named)
         outcome = launch(run, probe=(probe_in, probe_out))
         if outcome.status != "ok" or not probe_out.exists():
-            tail = "\n".join(outcome.log_tail[-20:])
+            tail = "\n".join(outcome.log_tail)
             raise RuntimeError(f"probe {run.backend}/{run.strategy} x{run.devices} failed: {outcome.error}\n{tail}")
         with np.load(probe_out) as saved:
             names = [str(n) for n in saved["names"]]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import sys
 import time
 
+import psutil
 from conftest import REPO, TINY_DIGITS, run_cli, write_spec
 
 from cnnbench import results
@@ -34,8 +37,12 @@ def test_interrupted_sweep_resumes_with_the_remaining_runs(tmp_path):
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (out.exists() and len(out.read_text().splitlines()) >= 2):
         time.sleep(0.5)
+    run_tree = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGKILL)  # killed outright while the second run is going
     proc.wait()
+    for orphan in run_tree:  # its run's process group outlives it; a user would kill that too
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(orphan.pid, signal.SIGKILL)
     first = results.read_rows(out)
     assert len(first) == 1 and first[0]["devices"] == 1
     dry = run_cli("sweep", spec, "--out", out, "--dry-run")
