@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,7 +119,7 @@ def _exit_reason(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
-def _last_error_line(tail: deque) -> str:
+def telling_error_line(tail: Iterable[str]) -> str:
     """The most telling line of a failed run's log: a C++ abort's message first (torchrun's summary
     of a rank killed by a signal says only "error_file: <N/A>"), else the last error or exception."""
     lines = [line.strip() for line in tail if line.strip()]
@@ -174,6 +175,6 @@ def launch(run: Run, *, verbose: bool = False, probe: tuple[Path, Path] | None =
         if proc.returncode == 0 and (probe or result_json.exists() or run.host_rank != 0):
             result = json.loads(result_json.read_text()) if result_json.exists() else {}
             return Outcome("ok", result=result, wall_s=wall, log_tail=list(tail))
-        error = (_first_rank_error(workdir) or _last_error_line(tail)
+        error = (_first_rank_error(workdir) or telling_error_line(tail)
                  or f"worker failed: {_exit_reason(proc.returncode)}")
         return Outcome("failed", error=error, wall_s=wall, log_tail=list(tail))

@@ -14,6 +14,7 @@ import pytest
 from conftest import REPO, TINY_DIGITS, run_cli, write_spec
 
 from cnnbench import results
+from cnnbench.launch import telling_error_line
 
 # Every command these tests start carries this marker in its environment, which the worker
 # processes inherit: leftovers are found by it, not confused with other cnnbench processes.
@@ -149,3 +150,13 @@ def test_tensorflow_device_plan():
     cpu_run = type(gpu_run)(**{**gpu_run.__dict__, "device_kind": "cpu"})
     plan = device_plan(cpu_run, physical_gpus=4)  # a CPU run hides GPUs even where they exist
     assert plan.devices == ("/cpu:0", "/cpu:1") and plan.hide_gpus and plan.logical_cpus == 2
+
+
+def test_a_rank_killed_by_a_cpp_abort_is_reported_by_its_message_not_the_launcher_summary():
+    tail = ["step 3", "terminate called after throwing an instance of 'gloo::IoException'",
+            "  what():  [pair.cc:598] Connection closed by peer [127.0.0.1]:41234",
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", "error_file: <N/A>",
+            "traceback : Signal 6 (SIGABRT) received by PID 123"]
+    assert telling_error_line(tail).startswith("what():  [pair.cc:598] Connection closed by peer")
+    python_failure = ["Traceback (most recent call last):", "ValueError: bad shape", "error_file: <N/A>"]
+    assert telling_error_line(python_failure) == "ValueError: bad shape"
