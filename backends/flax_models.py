@@ -103,6 +103,8 @@ class SmallCNN(nn.Module):
 def run_pieces(pieces: list, span: tuple[int, int] | None, x: jax.Array) -> jax.Array:
     """The whole forward pass, or a pipeline stage's part of it (the same pieces as PyTorch's)."""
     start, end = span or (0, len(pieces))
+    if not 0 <= start < end <= len(pieces):  # cnnbench.pipeline's piece count disagrees with this model
+        raise ValueError(f"pipeline span {span} outside the model's {len(pieces)} pieces")
     for piece in pieces[start:end]:
         x = piece(x)
     return x

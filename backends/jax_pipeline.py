@@ -18,12 +18,13 @@ with ``microbatches = 1`` a step equals the single-device step.
 
 from __future__ import annotations
 
+import functools
 import resource
 from typing import Any
 
 import numpy as np
 
-from backends.jax_spmd import JaxTrainer, compute_dtype, make_optimizer
+from backends.jax_spmd import JaxTrainer, compute_dtype, make_optimizer, run_devices
 from cnnbench.pipeline import pipeline_pieces, split_points
 from cnnbench.runs import Run
 from cnnbench.trainer import BuildContext
@@ -37,9 +38,7 @@ class JaxPipelineTrainer(JaxTrainer):
         from backends.flax_models import build_model
 
         self.jax, self.jnp, self.run, self.ctx = jax, jnp, run, ctx
-        self.devices = jax.devices()[: run.devices]
-        if len(self.devices) != run.devices:
-            raise RuntimeError(f"{run.devices} devices requested, JAX sees {len(jax.devices())}")
+        self.devices = run_devices(run)
         self.local_devices, self.pmap = self.devices, False
         dtype = compute_dtype(run)
         self.eval_model = build_model(run.model, run.num_classes, dtype)
@@ -81,11 +80,14 @@ class JaxPipelineTrainer(JaxTrainer):
         scale = 1.0 / self.run.microbatches
         tree_add = lambda a, b: jax.tree.map(jnp.add, a, b)  # noqa: E731
 
+        def train_apply(module, params, batch_stats, a):
+            """A stage's training-mode output and its updated batch statistics."""
+            out, updates = module.apply({"params": params, "batch_stats": batch_stats}, a, train=True,
+                                        mutable=["batch_stats"])
+            return out, updates.get("batch_stats", {})
+
         def forward_of(module, first: bool):
-            def apply(params, batch_stats, a):
-                out, updates = module.apply({"params": params, "batch_stats": batch_stats}, a, train=True,
-                                            mutable=["batch_stats"])
-                return out, updates.get("batch_stats", {})
+            apply = functools.partial(train_apply, module)
 
             def forward(params, batch_stats, a):
                 # The first stage's input is data: no gradient with respect to it.
@@ -103,10 +105,8 @@ class JaxPipelineTrainer(JaxTrainer):
 
         def last_of(module, first: bool):
             def loss_fn(params, batch_stats, a, y):
-                logits, updates = module.apply({"params": params, "batch_stats": batch_stats}, a, train=True,
-                                               mutable=["batch_stats"])
-                loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean() * scale
-                return loss, updates.get("batch_stats", {})
+                logits, batch_stats = train_apply(module, params, batch_stats, a)
+                return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean() * scale, batch_stats
 
             def last(params, batch_stats, a, y, grad_sum):
                 argnums = 0 if first else (0, 2)

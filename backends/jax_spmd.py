@@ -135,6 +135,16 @@ def make_optimizer(run: Run, lr_table):
     )
 
 
+def run_devices(run: Run) -> list:
+    """The first ``run.devices`` devices JAX sees (emulated CPU devices or GPUs)."""
+    import jax
+
+    devices = jax.devices()[: run.devices]
+    if len(devices) != run.devices:
+        raise RuntimeError(f"{run.devices} devices requested, JAX sees {len(jax.devices())}")
+    return devices
+
+
 def compute_dtype(run: Run):
     import jax.numpy as jnp
 
@@ -153,9 +163,7 @@ class JaxTrainer:
         if run.hosts > 1:
             jax.distributed.initialize(run.coordinator.split(",")[0], run.hosts, run.host_rank)
         self.jax, self.jnp, self.run, self.ctx = jax, jnp, run, ctx
-        self.devices = jax.devices()[: run.devices]
-        if len(self.devices) != run.devices:
-            raise RuntimeError(f"{run.devices} devices requested, JAX sees {len(jax.devices())}")
+        self.devices = run_devices(run)
         self.local_devices = [d for d in self.devices if d.process_index == jax.process_index()]
         self.pmap = run.strategy == "pmap"
         dtype = compute_dtype(run)

@@ -14,7 +14,8 @@ from cnnbench.runs import Run
 
 
 def pipeline_pieces(model: str) -> int:
-    """How many pieces a model splits into (each backend asserts that its own split agrees)."""
+    """How many pieces a model splits into (PyTorch's pieces() is asserted against it; Flax's
+    run_pieces refuses a span beyond its pieces, and the last stage's span ends at this count)."""
     return {"smallcnn": 3, "resnet18_cifar": sum(RESNET18_BLOCKS) + 2, "resnet50": sum(RESNET50_BLOCKS) + 2}[model]
 
 

@@ -88,33 +88,26 @@ def test_jax_data_plus_tensor_on_a_2x2_mesh_equals_one_device():
     assert _max_abs_diff(one.weights, mesh.weights) <= 1e-5
 
 
-def test_torch_pipeline_of_micro_batches_equals_one_device():
-    """Two stages, four micro-batches (GPipe): gradients scaled by the micro-batch count."""
-    one = _step("torch", "ddp", "smallcnn", 1, 8, 1)
-    pipe = _step("torch", "pipeline", "smallcnn", 2, 8, 1, microbatches=4)
+# Each framework's pipeline against its own one-device data-parallel step.
+PIPELINES = [("torch", "ddp"), ("jax", "sharded")]
+
+
+@pytest.mark.parametrize("backend, one_device", PIPELINES)
+def test_pipeline_of_micro_batches_equals_one_device(backend, one_device):
+    """Two stages on two devices, four micro-batches (GPipe): the gradients, scaled by the
+    micro-batch count and summed, are the whole batch's."""
+    one = _step(backend, one_device, "smallcnn", 1, 8, 1)
+    pipe = _step(backend, "pipeline", "smallcnn", 2, 8, 1, microbatches=4)
     assert _max_abs_diff(one.weights, pipe.weights) <= 1e-5
     assert np.abs(one.logits - pipe.logits).max() <= 1e-5
 
 
-def test_torch_pipeline_resnet_with_one_micro_batch_equals_one_device():
+@pytest.mark.parametrize("backend, one_device", PIPELINES)
+def test_pipeline_resnet_with_one_micro_batch_equals_one_device(backend, one_device):
     """With batch norm, one micro-batch normalises like the whole batch: running statistics too
     (they also prove that no stage ran an extra training-mode forward)."""
-    one = _step("torch", "ddp", *RESNET[:1], 1, *RESNET[1:], batch=16)
-    pipe = _step("torch", "pipeline", *RESNET[:1], 2, *RESNET[1:], batch=16, microbatches=1)
-    assert _max_abs_diff(one.weights, pipe.weights) <= 1e-5
-
-
-def test_jax_pipeline_of_micro_batches_equals_one_device():
-    """Two stages on two devices, four micro-batches: the summed scaled gradients are the batch's."""
-    one = _step("jax", "sharded", "smallcnn", 1, 8, 1)
-    pipe = _step("jax", "pipeline", "smallcnn", 2, 8, 1, microbatches=4)
-    assert _max_abs_diff(one.weights, pipe.weights) <= 1e-5
-    assert np.abs(one.logits - pipe.logits).max() <= 1e-5
-
-
-def test_jax_pipeline_resnet_with_one_micro_batch_equals_one_device():
-    one = _step("jax", "sharded", *RESNET[:1], 1, *RESNET[1:], batch=16)
-    pipe = _step("jax", "pipeline", *RESNET[:1], 2, *RESNET[1:], batch=16, microbatches=1)
+    one = _step(backend, one_device, *RESNET[:1], 1, *RESNET[1:], batch=16)
+    pipe = _step(backend, "pipeline", *RESNET[:1], 2, *RESNET[1:], batch=16, microbatches=1)
     assert _max_abs_diff(one.weights, pipe.weights) <= 1e-5
 
 
