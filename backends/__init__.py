@@ -1,4 +1,4 @@
-"""Backend registry: names -> adapter modules, imported lazily.
+"""Backend registry: names -> backend packages (``backends/<framework>/``), imported lazily.
 
 Each adapter module imports its framework only inside the functions that build a trainer, so the
 launching process can ask for versions, strategies and process layouts without importing
@@ -26,15 +26,15 @@ class BackendEntry:
 REGISTRY: dict[str, BackendEntry] = {
     e.name: e
     for e in (
-        BackendEntry("torch", "backends.torch_ddp", ("ddp", "pipeline"), ("torch",),
+        BackendEntry("torch", "backends.torch", ("ddp", "pipeline"), ("torch",),
                      "pip install torch (CPU: torch==2.13.0; see constraints/)"),
-        BackendEntry("tensorflow", "backends.tf_mirrored", ("mirrored", "fit"),
+        BackendEntry("tensorflow", "backends.tensorflow", ("mirrored", "fit"),
                      ("tensorflow", "tensorflow-cpu", "keras"),
                      "pip install tensorflow-cpu keras (GPU: tensorflow[and-cuda])"),
-        BackendEntry("jax", "backends.jax_spmd", ("sharded", "pmap", "tensor", "data+tensor", "pipeline"),
+        BackendEntry("jax", "backends.jax", ("sharded", "pmap", "tensor", "data+tensor", "pipeline"),
                      ("jax", "jaxlib", "flax", "optax"),
                      "pip install jax flax optax (GPU: jax[cuda12])"),
-        BackendEntry("keras", "backends.keras_engines", ("keras-jax", "keras-torch", "keras-tensorflow"),
+        BackendEntry("keras", "backends.keras", ("keras-jax", "keras-torch", "keras-tensorflow"),
                      ("keras",), "pip install keras plus the engine: jax, torch or tensorflow-cpu",
                      strategy_packages={"keras-jax": ("jax", "jaxlib"), "keras-torch": ("torch",),
                                         "keras-tensorflow": ("tensorflow", "tensorflow-cpu")}),

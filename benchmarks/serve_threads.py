@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 
-from cnnbench.infer_plan import Variant
-from cnnbench.inference import pad_to_multiple
-from cnnbench.probe import probe_run
+from cnnbench.infer.measure import pad_to_multiple
+from cnnbench.infer.plan import Variant
+from cnnbench.parity.probe import probe_run
 
 
 def main() -> None:
@@ -28,9 +28,9 @@ def main() -> None:
                     channels=3 if gpu else 1, num_classes=1000 if gpu else 10, global_batch=batch)
     run = dataclasses.replace(run, device_kind=kind)
     if backend == "torch":
-        from backends.torch_infer import TorchInference as Model
+        from backends.torch.infer import TorchInference as Model
     else:
-        from backends.jax_infer import JaxInference as Model
+        from backends.jax.infer import JaxInference as Model
     model = Model(run, Variant("x", precision="bf16", compile=backend == "jax", channels_last=backend == "torch"))
     images = np.random.default_rng(0).standard_normal((batch, run.channels, run.image_size, run.image_size),
                                                       dtype=np.float32)

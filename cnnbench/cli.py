@@ -15,7 +15,7 @@ import typer
 from backends import BACKEND_NAMES, REGISTRY
 from cnnbench import envinfo
 from cnnbench.errors import UserError
-from cnnbench.models import MODELS
+from cnnbench.model.facts import MODELS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC = REPO_ROOT / "experiments" / "quickstart.toml"
@@ -89,7 +89,7 @@ def run(
     no_report: NoReportOpt = False,
 ) -> None:
     """Run an experiment: every backend x strategy x device count x trial, one row each."""
-    from cnnbench.execute import execute_runs
+    from cnnbench.run.execute import execute_runs
     from cnnbench.runs import expand
     from cnnbench.spec import load_spec
 
@@ -127,7 +127,7 @@ def sweep(
     no_report: NoReportOpt = False,
 ) -> None:
     """Run every run of a spec that has no ok row in OUT yet: an interrupted sweep resumes."""
-    from cnnbench.execute import execute_runs, split_done
+    from cnnbench.run.execute import execute_runs, split_done
     from cnnbench.runs import expand
     from cnnbench.spec import load_spec
 
@@ -178,7 +178,7 @@ def report(
     device_type: Annotated[Optional[str], typer.Option(help="Only cpu, cpu-emulated or gpu rows.")] = None,
 ) -> None:
     """Regenerate comparison charts (PNG + SVG) and summary.md from result CSVs."""
-    from cnnbench.report import build_report, report_dir_for
+    from cnnbench.report.train import build_report, report_dir_for
 
     paths = list(csv or [DEFAULT_OUT])
     made = build_report(paths, out or report_dir_for(paths[0]), model, dataset, device_type)
@@ -188,7 +188,7 @@ def report(
 
 def _finish(rows: list[dict], out: Path, wrote: bool, report: bool) -> None:
     """The end of `run` and `sweep`: the table, the charts, exit code 1 if any run failed."""
-    from cnnbench.execute import format_table
+    from cnnbench.run.execute import format_table
 
     if rows:
         print(format_table(rows))
@@ -202,7 +202,7 @@ def _finish(rows: list[dict], out: Path, wrote: bool, report: bool) -> None:
 
 def _report_after_run(out: Path) -> None:
     from cnnbench.errors import ResultsFileError
-    from cnnbench.report import build_report, report_dir_for
+    from cnnbench.report.train import build_report, report_dir_for
 
     try:
         made = build_report([out], report_dir_for(out))
@@ -225,8 +225,8 @@ def infer(
     no_report: NoReportOpt = False,
 ) -> None:
     """Inference: batch-size sweep, optimisation ablation and dynamic batching under load."""
-    from cnnbench.execute import INFER_TABLE, execute_infer, format_table
-    from cnnbench.infer_plan import expand_infer
+    from cnnbench.infer.plan import expand_infer
+    from cnnbench.run.execute import INFER_TABLE, execute_infer, format_table
     from cnnbench.spec import load_spec
 
     _check_device(device)
@@ -244,7 +244,7 @@ def infer(
 @app.command()
 def upgrade(csv: Annotated[list[Path], typer.Argument(help="Results CSVs written by an older cnnbench.")]) -> None:
     """Rewrite older results files in the current row format (added columns left empty)."""
-    from cnnbench.results import upgrade_file
+    from cnnbench.table.store import upgrade_file
 
     for path in csv:
         count = upgrade_file(path)
@@ -257,7 +257,7 @@ def parity(
     backend: BackendOpt = None,
 ) -> None:
     """Prove the models are the same in every installed backend (counts, forward, one SGD step)."""
-    from cnnbench.parity import format_checks, installed_backends, run_parity
+    from cnnbench.parity.check import format_checks, installed_backends, run_parity
 
     models = model or list(MODELS)
     for name in models:
@@ -277,7 +277,7 @@ def parity(
 @app.command(name="list")
 def list_things() -> None:
     """Models, datasets and backends (with their strategies and installed versions)."""
-    from cnnbench.data import DATASETS
+    from cnnbench.data.arrays import DATASETS
 
     print("models:")
     for info in MODELS.values():

@@ -18,7 +18,7 @@ from typing import Any
 
 from backends import load as backend_module
 from cnnbench.errors import SpecError
-from cnnbench.models import MODELS
+from cnnbench.model.facts import MODELS
 from cnnbench.spec import Spec, check_training_batches, dataset_info_for, spec_hash
 
 # Emulated CPU devices share the machine's cores; beyond this they only measure contention.

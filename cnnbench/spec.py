@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from backends import BACKEND_NAMES, MODEL_PARALLEL_STRATEGIES, REGISTRY
-from cnnbench import data as data_sources
+from cnnbench.data import arrays as data_sources
 from cnnbench.errors import DataError, SpecError
-from cnnbench.models import MODELS
+from cnnbench.model.facts import MODELS
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 SCALINGS = ("weak", "strong")

@@ -30,12 +30,12 @@ import json
 
 import matplotlib.pyplot as plt
 
-from cnnbench import results
-from cnnbench.report import aggregate, load
+from cnnbench.report.train import aggregate, load
+from cnnbench.table import store
 
 frame = load([CSV])
 agg = aggregate(frame)
-history = results.read_history(CSV)
+history = store.read_history(CSV)
 
 # %% [markdown]
 # ## Test accuracy against training wall time

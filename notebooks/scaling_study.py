@@ -35,7 +35,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from cnnbench.report import aggregate, load
+from cnnbench.report.train import aggregate, load
 
 frame = load([CSV])
 agg = aggregate(frame)

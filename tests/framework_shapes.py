@@ -17,7 +17,7 @@ CONFIGS = [("smallcnn", 8, 1, 10), ("resnet18_cifar", 32, 3, 10), ("resnet50", 2
 
 
 def torch_shapes(model, size, channels, classes):
-    from backends.torch_models import build_model
+    from backends.torch.models import build_model
 
     net = build_model(model, size, channels, classes)
     layout = [(k, list(v.shape)) for k, v in net.state_dict().items() if not k.endswith("num_batches_tracked")]
@@ -25,7 +25,7 @@ def torch_shapes(model, size, channels, classes):
 
 
 def keras_shapes(model, size, channels, classes):
-    from backends.keras_models import build_model, get_neutral_weights
+    from backends.keras.models import build_model, get_neutral_weights
 
     net = build_model(model, size, channels, classes)
     weights = get_neutral_weights(net, classes)
@@ -37,7 +37,7 @@ def flax_shapes(model, size, channels, classes):
     import jax
     import jax.numpy as jnp
 
-    from backends.flax_models import build_model, state_to_neutral
+    from backends.jax.models import build_model, state_to_neutral
 
     net = build_model(model, classes)
     variables = jax.eval_shape(lambda: net.init(jax.random.key(0), jnp.zeros((1, size, size, channels))))

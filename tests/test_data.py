@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cnnbench import data
+from cnnbench.data import arrays as data
 from cnnbench.errors import DataError
 
 

@@ -11,7 +11,7 @@ import functools
 import numpy as np
 import pytest
 
-from cnnbench.probe import probe_run, random_weights, run_probe
+from cnnbench.parity.probe import probe_run, random_weights, run_probe
 
 
 def _batch(global_batch: int, size: int, channels: int, seed: int = 1):

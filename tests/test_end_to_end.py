@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import REPO, TINY_DIGITS, run_cli, write_spec
 
-from cnnbench import results
+from cnnbench.table import store
 
 
 def _free_port() -> int:
@@ -22,7 +22,7 @@ def test_torch_run_writes_an_ok_row_with_consistent_timing(tmp_path, tiny_spec):
     out = tmp_path / "rows.csv"
     done = run_cli("run", tiny_spec, "--out", out, "--profile", tmp_path / "traces")
     assert done.returncode == 0, done.stderr[-3000:]
-    (row,) = results.read_rows(out)
+    (row,) = store.read_rows(out)
     assert row["status"] == "ok" and row["backend"] == "torch" and row["strategy"] == "ddp"
     # --profile: the first timed window was traced (and left out of the 3 windows' statistics)
     trace = tmp_path / "traces" / row["run_id"] / "trace.json"
@@ -33,7 +33,7 @@ def test_torch_run_writes_an_ok_row_with_consistent_timing(tmp_path, tiny_spec):
     assert row["params"] == 53_002 and row["first_step_s"] > 0 and row["train_wall_s"] > 0
     assert row["backend_version"].startswith("2.") and "torch=" in row["stack_versions"]
     assert row["test_accuracy"] > 0.5 and row["epochs"] == 2
-    history = results.read_history(out)
+    history = store.read_history(out)
     assert list(history["epoch"]) == [1, 2] and set(history["run_id"]) == {row["run_id"]}
     assert "img/s" in done.stdout  # the table of rows written
 
@@ -44,7 +44,7 @@ def test_tensorflow_mirrored_and_fit_rows(tmp_path):
     out = tmp_path / "rows.csv"
     done = run_cli("run", spec, "--out", out, "--profile", tmp_path / "traces")
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = results.read_rows(out)
+    rows = store.read_rows(out)
     assert [(r["strategy"], r["status"], r["devices"]) for r in rows] == [("mirrored", "ok", 2), ("fit", "ok", 2)]
     for row in rows:  # TensorFlow's profiler, started from the custom loop and from a fit callback
         traces = [p for p in (tmp_path / "traces" / row["run_id"]).rglob("*.xplane.pb") if p.stat().st_size]
@@ -75,7 +75,7 @@ def test_two_hosts_on_localhost_write_one_row(tmp_path, backend, strategy):
     done = _two_hosts(spec, out, backend)
     for proc in done:
         assert proc.returncode == 0, proc.stderr[-3000:]
-    (row,) = results.read_rows(out)
+    (row,) = store.read_rows(out)
     got = (row["backend"], row["strategy"], row["hosts"], row["devices"], row["status"])
     assert got == (backend, strategy, 2, 2, "ok")
     assert row["test_accuracy"] > 0.5
@@ -91,7 +91,7 @@ def test_missing_framework_gives_a_skipped_row(tmp_path, tiny_spec):
     done = subprocess.run([sys.executable, "-c", code, str(tiny_spec), str(out)], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    (row,) = results.read_rows(out)
+    (row,) = store.read_rows(out)
     assert row["status"] == "skipped" and "not installed" in row["error"] and "pip install" in row["error"]
 
 
@@ -101,7 +101,7 @@ def test_quickstart_reaches_accuracy_on_every_backend(tmp_path):
     out = tmp_path / "quickstart.csv"
     done = run_cli("run", "--out", out, timeout=1500)
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = results.read_rows(out)
+    rows = store.read_rows(out)
     expected = {(b, n) for b in ("torch", "tensorflow", "jax", "keras") for n in (1, 2)}
     assert {(r["backend"], r["devices"]) for r in rows} == expected
     for row in rows:

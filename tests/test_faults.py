@@ -13,8 +13,8 @@ import psutil
 import pytest
 from conftest import REPO, TINY_DIGITS, run_cli, write_spec
 
-from cnnbench import results
-from cnnbench.launch import telling_error_line
+from cnnbench.run.launch import telling_error_line
+from cnnbench.table import store
 
 # Every command these tests start carries this marker in its environment, which the worker
 # processes inherit: leftovers are found by it, not confused with other cnnbench processes.
@@ -25,7 +25,7 @@ def _workers() -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if "cnnbench.worker" not in cmdline and "torch.distributed.run" not in cmdline:
+        if "cnnbench.run.worker" not in cmdline and "torch.distributed.run" not in cmdline:
             continue
         try:
             if proc.environ().get("CNNBENCH_TEST_MARK") == MARK["CNNBENCH_TEST_MARK"]:
@@ -45,7 +45,7 @@ def _assert_clean_csv(path, expected_rows):
     lines = path.read_text().splitlines()
     assert len(lines) == 1 + expected_rows
     assert len({line.count(",") for line in lines if '"' not in line}) <= 1
-    return results.read_rows(path)
+    return store.read_rows(path)
 
 
 @pytest.mark.parametrize("backend, fault", [
@@ -137,8 +137,8 @@ def test_too_many_devices_is_refused(tmp_path):
 
 
 def test_tensorflow_device_plan():
-    from backends.tf_mirrored import device_plan
-    from cnnbench.probe import probe_run
+    from backends.tensorflow.devices import device_plan
+    from cnnbench.parity.probe import probe_run
 
     gpu_run = probe_run("tensorflow", "mirrored", "smallcnn", devices=2, image_size=8, channels=1,
                         num_classes=10, global_batch=8)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli, write_spec
 
-from cnnbench import results
+from cnnbench.table import store
 
 INFER_SPEC = """
     name = "infer-tiny"
@@ -42,7 +42,7 @@ def infer_rows(tmp_path_factory):
     out, profile = tmp / "infer.csv", tmp / "traces"
     done = run_cli("infer", write_spec(tmp, INFER_SPEC), "--out", out, "--profile", profile)
     assert done.returncode == 0, done.stderr[-3000:]
-    return results.read_rows(out), out, profile
+    return store.read_rows(out), out, profile
 
 
 def test_sweep_rows_per_batch_size(infer_rows):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from conftest import run_cli, write_spec
 
-from cnnbench import envinfo, results
+from cnnbench import envinfo
+from cnnbench.table import store
 
 # The quickstart (test_end_to_end) covers keras-jax on 1 and 2 emulated devices.
 KERAS_DIGITS = """
@@ -30,7 +31,7 @@ def test_torch_and_tensorflow_engines_reach_accuracy(tmp_path):
     out = tmp_path / "rows.csv"
     done = run_cli("run", write_spec(tmp_path, KERAS_DIGITS), "--out", out, "--no-report")
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = results.read_rows(out)
+    rows = store.read_rows(out)
     assert [r["strategy"] for r in rows] == ["keras-torch", "keras-tensorflow"]
     keras_version = envinfo.package_version("keras")
     for row in rows:
@@ -57,7 +58,7 @@ def test_keras_torch_on_several_devices_is_a_skipped_row_naming_the_keras_versio
     out = tmp_path / "rows.csv"
     done = run_cli("run", write_spec(tmp_path, text), "--out", out, "--no-report")
     assert done.returncode == 0, done.stderr
-    (row,) = results.read_rows(out)
+    (row,) = store.read_rows(out)
     assert row["status"] == "skipped" and "run keras-torch on 1 device" in row["error"]
     assert f"keras {envinfo.package_version('keras')} has no data parallelism for the PyTorch engine" in row["error"]
 

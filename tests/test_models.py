@@ -9,11 +9,11 @@ import sys
 import pytest
 from conftest import REPO
 
-from cnnbench import flops
-from cnnbench.layout import neutral_layout, trainable_count
-from cnnbench.models import REFERENCE_PARAMS
-from cnnbench.pipeline import pipeline_pieces, pipeline_unsupported, split_points
-from cnnbench.probe import probe_run
+from cnnbench.model import flops
+from cnnbench.model.facts import REFERENCE_PARAMS
+from cnnbench.model.layout import neutral_layout, trainable_count
+from cnnbench.model.pipeline import pipeline_pieces, pipeline_unsupported, split_points
+from cnnbench.parity.probe import probe_run
 
 
 def _shapes(backend: str) -> dict:

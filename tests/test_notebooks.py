@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 from nbclient import NotebookClient
 
-from cnnbench.report import aggregate, efficiency, load
+from cnnbench.report.train import aggregate, efficiency, load
 
 
 def _execute(name: str, csv: str, tmp_path) -> dict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cnnbench.parity import format_checks, run_parity
+from cnnbench.parity.check import format_checks, run_parity
 
 BACKENDS = ["torch", "tensorflow", "jax"]
 

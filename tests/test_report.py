@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from conftest import run_cli
 
-from cnnbench import results
 from cnnbench.errors import ResultsFileError
-from cnnbench.report import EMULATED_NOTE, build_report
+from cnnbench.report.train import EMULATED_NOTE, build_report
+from cnnbench.table import store
 
 # images/s per (backend, devices, trial): medians 1000/1800/3000 (torch), 900/1700 (jax)
 IPS = {("torch", 1): [990, 1010, 1000], ("torch", 2): [1800, 1700, 1900], ("torch", 4): [3000, 3100, 2900],
@@ -34,8 +34,8 @@ def _fixture(path):
                 history += [{"epoch": e, "wall_s": e * 1.0, "train_loss": 1.0 / e, "test_loss": 1.0 / e,
                              "test_accuracy": 0.5 + 0.1 * e} for e in (1, 2, 3)]
     rows.append({**rows[0], "run_id": "bad", "status": "failed", "images_per_sec": 1.0})
-    results.append_rows(path, rows)
-    results.append_history(path, "jax10", history)
+    store.append_rows(path, rows)
+    store.append_history(path, "jax10", history)
 
 
 def _line(ax, label_start):

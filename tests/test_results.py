@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cnnbench import results
 from cnnbench.errors import ResultsFileError
-from cnnbench.schema import COLUMN_NAMES, COLUMNS
+from cnnbench.table import store
+from cnnbench.table.schema import COLUMN_NAMES, COLUMNS
 
 
 def _row(i: int) -> dict:
@@ -20,20 +20,20 @@ def _row(i: int) -> dict:
 
 def _append_many(path: str, start: int) -> None:
     for i in range(start, start + 40):
-        results.append_rows(Path(path), [_row(i)])
+        store.append_rows(Path(path), [_row(i)])
 
 
 def test_append_writes_header_once_and_roundtrips(tmp_path):
     path = tmp_path / "r.csv"
-    results.append_rows(path, [_row(0)])
-    results.append_rows(path, [_row(1), _row(2)])
+    store.append_rows(path, [_row(0)])
+    store.append_rows(path, [_row(1), _row(2)])
     lines = path.read_text().splitlines()
     assert lines[0].split(",") == list(COLUMN_NAMES)
     assert len(lines) == 4
-    rows = results.read_rows(path)
+    rows = store.read_rows(path)
     assert rows[1]["images_per_sec"] == pytest.approx(1235.5) and rows[1]["compile"] is True
     assert rows[0]["error"] == "multi line, with comma"  # one physical line per row
-    frame = results.read_results([path])
+    frame = store.read_results([path])
     assert list(frame["devices"]) == [2, 2, 2] and frame["images_per_sec"].dtype == "Float64"
 
 
@@ -59,46 +59,46 @@ def test_foreign_header_is_refused(tmp_path):
     path.write_text("a,b,c\n1,2,3\n")
     before = path.read_bytes()
     with pytest.raises(ResultsFileError, match="header"):
-        results.append_rows(path, [_row(0)])
+        store.append_rows(path, [_row(0)])
     assert path.read_bytes() == before
 
 
 def test_torn_last_line_is_refused(tmp_path):
     path = tmp_path / "r.csv"
-    results.append_rows(path, [_row(0)])
+    store.append_rows(path, [_row(0)])
     with path.open("a") as handle:
         handle.write("1,partial")
     with pytest.raises(ResultsFileError, match="incomplete"):
-        results.append_rows(path, [_row(1)])
+        store.append_rows(path, [_row(1)])
 
 
 def test_read_results_missing_columns(tmp_path):
     path = tmp_path / "x.csv"
     path.write_text("run_id,backend\nx,torch\n")
     with pytest.raises(ResultsFileError, match="missing required columns"):
-        results.read_results([path])
+        store.read_results([path])
 
 
 def test_history_next_to_runs(tmp_path):
     path = tmp_path / "runs.csv"
-    results.append_history(path, "abc", [{"epoch": 1, "wall_s": 1.5, "train_loss": 0.3, "test_loss": 0.2,
+    store.append_history(path, "abc", [{"epoch": 1, "wall_s": 1.5, "train_loss": 0.3, "test_loss": 0.2,
                                           "test_accuracy": 0.9}])
-    frame = results.read_history(path)
+    frame = store.read_history(path)
     assert (tmp_path / "runs.history.csv").exists() and list(frame["run_id"]) == ["abc"]
 
 
 def test_a_version_1_file_is_upgraded_in_place_and_can_then_be_appended_to(tmp_path):
-    from cnnbench.schema import ADDED_IN_V2, COLUMN_NAMES, SCHEMA_VERSION
+    from cnnbench.table.schema import ADDED_IN_V2, COLUMN_NAMES, SCHEMA_VERSION
 
     old_header = [c for c in COLUMN_NAMES if c not in ADDED_IN_V2]
     path = tmp_path / "old.csv"
     path.write_text(",".join(old_header) + "\n" + ",".join("1" if c == "schema_version" else
                                                            ("abc" if c == "run_id" else "") for c in old_header) + "\n")
     with pytest.raises(ResultsFileError, match="cnnbench upgrade"):
-        results.check_appendable(path)
-    assert results.upgrade_file(path) == 1
-    (row,) = results.read_rows(path)
+        store.check_appendable(path)
+    assert store.upgrade_file(path) == 1
+    (row,) = store.read_rows(path)
     assert row["run_id"] == "abc" and row["schema_version"] == SCHEMA_VERSION and row["variant"] is None
-    results.append_rows(path, [{"run_id": "def", "schema_version": SCHEMA_VERSION}])
-    assert [r["run_id"] for r in results.read_rows(path)] == ["abc", "def"]
-    assert results.upgrade_file(path) == 0  # already current
+    store.append_rows(path, [{"run_id": "def", "schema_version": SCHEMA_VERSION}])
+    assert [r["run_id"] for r in store.read_rows(path)] == ["abc", "def"]
+    assert store.upgrade_file(path) == 0  # already current

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from cnnbench.serving import MicroBatcher, poisson_arrivals, run_open_loop
+from cnnbench.infer.serving import MicroBatcher, poisson_arrivals, run_open_loop
 
 
 def _doubling(compute_s: float = 0.0):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from conftest import TINY_DIGITS, run_cli, write_spec
 
-from cnnbench import results
 from cnnbench.errors import SpecError
 from cnnbench.runs import expand, plan_windows
 from cnnbench.spec import load_spec, parse_spec_text, spec_hash
+from cnnbench.table import store
 
 BASE = """
 name = "t"
@@ -151,7 +151,7 @@ def test_strategies_a_framework_lacks_become_skipped_rows_with_the_reason(tmp_pa
     assert plan.returncode == 0 and plan.stdout.count("-> skipped row (not supported") == 2, plan.stdout
     done = run_cli("run", spec, "--out", out, "--no-report")
     assert done.returncode == 0, done.stderr
-    pipeline, tensor = results.read_rows(out)
+    pipeline, tensor = store.read_rows(out)
     assert (pipeline["strategy"], pipeline["status"]) == ("pipeline", "skipped")
     assert "TensorFlow has no maintained native mechanism" in pipeline["error"]
     assert (tensor["strategy"], tensor["status"]) == ("tensor", "skipped")

@@ -12,7 +12,7 @@ import time
 import psutil
 from conftest import REPO, TINY_DIGITS, run_cli, write_spec
 
-from cnnbench import results
+from cnnbench.table import store
 
 
 def test_dry_run_plan_is_the_product(tmp_path):
@@ -43,13 +43,13 @@ def test_interrupted_sweep_resumes_with_the_remaining_runs(tmp_path):
     for orphan in run_tree:  # its run's process group outlives it; a user would kill that too
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(orphan.pid, signal.SIGKILL)
-    first = results.read_rows(out)
+    first = store.read_rows(out)
     assert len(first) == 1 and first[0]["devices"] == 1
     dry = run_cli("sweep", spec, "--out", out, "--dry-run")
     assert "1 to run, 1 already" in dry.stdout
     again = run_cli("sweep", spec, "--out", out)
     assert again.returncode == 0, again.stderr[-2000:]
-    rows = results.read_rows(out)
+    rows = store.read_rows(out)
     assert [(r["devices"], r["status"]) for r in rows] == [(1, "ok"), (2, "ok")]
     forced = run_cli("sweep", spec, "--out", out, "--dry-run", "--force")
     assert "2 to run" in forced.stdout

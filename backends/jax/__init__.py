@@ -1,0 +1,79 @@
+"""JAX/Flax backend's face: the contract functions, the trainer chosen by strategy.
+
+- ``sharded``, ``pmap``, ``tensor``, ``data+tensor``: one jitted step over a device mesh, or
+  ``jax.pmap`` (:mod:`backends.jax.spmd`).
+- ``pipeline``: one stage per device, GPipe micro-batches (:mod:`backends.jax.pipeline`).
+
+Emulated devices come from ``--xla_force_host_platform_device_count``, set here in the launch layout
+before JAX is imported; across hosts ``jax.distributed.initialize`` joins the processes. JAX is
+imported only inside the trainers and :func:`devices`, never at module level.
+"""
+
+from __future__ import annotations
+
+from cnnbench import envinfo
+from cnnbench.model.pipeline import pipeline_unsupported
+from cnnbench.run.contract import BuildContext
+from cnnbench.run.launch import Layout
+from cnnbench.runs import Run
+
+
+def version() -> str | None:
+    return envinfo.backend_version("jax")
+
+
+def strategies() -> tuple[str, ...]:
+    return ("sharded", "pmap", "tensor", "data+tensor", "pipeline")
+
+
+def unsupported(run: Run) -> str | None:
+    """Why a configuration is impossible here (the spec is refused before anything is launched)."""
+    if run.strategy == "pmap" and run.hosts > 1:
+        return "strategy pmap runs on one host here; use sharded across hosts"
+    if run.strategy == "data+tensor" and (run.devices % run.model_parallel or run.devices == run.model_parallel):
+        return (f"data+tensor splits {run.devices} devices into data x model = ? x {run.model_parallel}: needs a "
+                f"multiple of model_parallel larger than it (use tensor for model parallelism alone)")
+    if run.strategy in ("tensor", "data+tensor") and run.hosts > 1:
+        return "tensor parallel strategies run on one host here"
+    if run.strategy == "pipeline":
+        return pipeline_unsupported(run)
+    return None
+
+
+def launch_layout(run: Run) -> Layout:
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    flags = [run.options.get("xla_flags", "")]
+    if run.device_kind == "cpu":
+        env["JAX_PLATFORMS"] = "cpu"
+        flags.insert(0, f"--xla_force_host_platform_device_count={run.devices_per_host}")
+    if any(flags):
+        env["XLA_FLAGS"] = " ".join(f for f in flags if f)
+    return Layout(processes=1, env=env)
+
+
+def build(run: Run, ctx: BuildContext):
+    if run.strategy == "pipeline":
+        from backends.jax.pipeline import JaxPipelineTrainer
+
+        return JaxPipelineTrainer(run, ctx)
+    from backends.jax.spmd import JaxTrainer
+
+    return JaxTrainer(run, ctx)
+
+
+def infer_unsupported(variant) -> str | None:
+    if variant.channels_last:
+        return "XLA picks the layout itself (Flax models take NHWC); channels_last is a PyTorch option"
+    return None
+
+
+def build_inference(run: Run, variant):
+    from backends.jax.infer import JaxInference
+
+    return JaxInference(run, variant)
+
+
+def devices() -> list[str]:
+    import jax
+
+    return [f"{d.platform}:{d.id} {d.device_kind}" for d in jax.devices()]

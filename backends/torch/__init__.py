@@ -1,0 +1,82 @@
+"""PyTorch backend's face: the contract functions, the trainer chosen by strategy.
+
+``ddp`` (:mod:`backends.torch.ddp`): DistributedDataParallel, one process per device, started by
+torchrun; gloo on CPU (emulated devices: N processes sharing the cores), NCCL on GPU (one process per
+GPU, even for a single GPU, so the measured path is the distributed one). ``pipeline``
+(:mod:`backends.torch.pipeline`): one process per stage, GPipe. PyTorch is imported only inside the
+trainers, never here.
+"""
+
+from __future__ import annotations
+
+from cnnbench import envinfo
+from cnnbench.model.pipeline import pipeline_unsupported
+from cnnbench.run.contract import BuildContext
+from cnnbench.run.launch import Layout, cpu_threads_per_process
+from cnnbench.runs import Run
+
+
+def version() -> str | None:
+    return envinfo.backend_version("torch")
+
+
+def strategies() -> tuple[str, ...]:
+    return ("ddp", "pipeline")
+
+
+def launch_layout(run: Run) -> Layout:
+    processes = run.devices_per_host
+    env = {"OMP_NUM_THREADS": str(cpu_threads_per_process(processes))}
+    if run.device_kind == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run must not touch a GPU that happens to be there
+    if processes == 1 and run.hosts == 1:
+        # One process: the environment torchrun would give it, without torchrun's own interpreter
+        # (which costs a second PyTorch import per run). The process group is the same.
+        env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+        return Layout(processes=1, env=env)
+    return Layout(processes=processes, env=env, torchrun=True)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def not_supported(run: Run) -> str | None:
+    """What PyTorch itself lacks for a run (it becomes a ``skipped`` row with this reason)."""
+    if run.strategy in ("tensor", "data+tensor"):
+        return (f"not supported: strategy {run.strategy}: DTensor in torch {version()} shards convolutions along "
+                f"the batch only (aten.convolution's sharding rule replicates the weight), so channel-sharded "
+                f"tensor parallelism for CNNs has no native support; use jax for tensor parallelism")
+    return None
+
+
+def unsupported(run: Run) -> str | None:
+    """Why a configuration is impossible here (the spec is refused before anything is launched)."""
+    if run.strategy == "pipeline":
+        return pipeline_unsupported(run)
+    return None
+
+
+def build(run: Run, ctx: BuildContext):
+    if run.strategy == "pipeline":
+        from backends.torch.pipeline import PipelineTrainer
+
+        return PipelineTrainer(run, ctx)
+    from backends.torch.ddp import TorchTrainer
+
+    return TorchTrainer(run, ctx)
+
+
+def infer_unsupported(variant) -> str | None:
+    """Every inference toggle applies to PyTorch (fp16 and pinned memory on GPUs only)."""
+    return None
+
+
+def build_inference(run: Run, variant):
+    from backends.torch.infer import TorchInference
+
+    return TorchInference(run, variant)

@@ -1,0 +1,256 @@
+"""PyTorch ``ddp``: DistributedDataParallel, one process per device, started by torchrun.
+
+gloo on CPU (emulated devices: N processes sharing the cores), NCCL on GPU (one process per GPU,
+even for a single GPU, so the measured path is the distributed one).
+"""
+
+from __future__ import annotations
+
+import resource
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from backends.torch.common import optimizer_kwargs
+from cnnbench import envinfo
+from cnnbench.run.contract import BuildContext
+from cnnbench.runs import Run
+
+if TYPE_CHECKING:
+    import torch
+
+
+class TorchTrainer:
+    def __init__(self, run: Run, ctx: BuildContext) -> None:
+        import torch
+        from torch.nn.parallel import DistributedDataParallel
+
+        from backends.torch.models import build_model
+
+        on_gpu = self._join(run, ctx)
+        module = build_model(run.model, run.image_size, run.channels, run.num_classes)
+        if run.sync_bn:
+            module = torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
+        self.module = module.to(self.device, memory_format=self.memory_format)
+        self.ddp = DistributedDataParallel(
+            self.module, device_ids=[ctx.local_rank] if on_gpu else None,
+            bucket_cap_mb=run.options.get("bucket_cap_mb", 25), gradient_as_bucket_view=True,
+        )
+        self.forward = (torch.compile(self.ddp, mode=run.options.get("compile_mode", "default"))
+                        if run.compile else self.ddp)
+        self.optimizer = torch.optim.SGD(
+            self.module.parameters(), lr=float(ctx.lr_table[0]), momentum=run.momentum,
+            weight_decay=run.weight_decay, nesterov=run.nesterov,
+            **optimizer_kwargs(run.options.get("optimizer_impl", "auto"), on_gpu),
+        )
+        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.precision)
+        self.scaler = torch.amp.GradScaler("cuda") if run.precision == "fp16" else None
+        self.criterion = torch.nn.CrossEntropyLoss()
+        self.lr_table = [float(v) for v in ctx.lr_table]
+        self.step_count = 0
+        self.loss_sum = torch.zeros((), device=self.device)
+        self.loss_steps = 0
+        self._setup_input()
+
+    def _join(self, run: Run, ctx: BuildContext) -> bool:
+        """This process's device and the process group (shared with the pipeline trainer); True on GPU."""
+        import torch
+        import torch.distributed as dist
+
+        self.run, self.ctx = run, ctx
+        self.rank, self.world = ctx.process_index, ctx.process_count
+        on_gpu = run.device_kind == "gpu"
+        if on_gpu:
+            self.device = torch.device("cuda", ctx.local_rank)
+            torch.cuda.set_device(self.device)
+            torch.backends.cudnn.benchmark = True
+            # TF32 for fp32 matmuls, as XLA (JAX, TensorFlow) does by default on GPUs.
+            torch.set_float32_matmul_precision("high")
+        else:
+            self.device = torch.device("cpu")
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if on_gpu else "gloo",
+                                    device_id=self.device if on_gpu else None)
+        torch.manual_seed(run.seed)
+        self.memory_format = (torch.channels_last if run.options.get("channels_last")
+                              else torch.contiguous_format)
+        return on_gpu
+
+    # -- input ---------------------------------------------------------------------------------
+    def _setup_input(self) -> None:
+        import torch
+        from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+        run, data, b = self.run, self.ctx.dataset, self.run.per_device_batch
+        if run.dataset == "synthetic":
+            # One batch resident on the device: throughput excludes input, by design.
+            lo = self.rank * b
+            self.fixed_batch = (self._to_device(data.train_x[lo:lo + b]),
+                                torch.from_numpy(data.train_y[lo:lo + b]).to(self.device))
+            self.steps_per_epoch = 0
+            return
+        self.fixed_batch = None
+        dataset = TensorDataset(torch.from_numpy(data.train_x), torch.from_numpy(data.train_y))
+        self.sampler = DistributedSampler(dataset, num_replicas=self.world, rank=self.rank,
+                                          shuffle=True, seed=run.seed, drop_last=True)
+        workers = run.options.get("num_workers", 0)
+        extra = ({"persistent_workers": run.options.get("persistent_workers", False),
+                  "prefetch_factor": run.options.get("prefetch_factor", 2)} if workers else {})
+        self.loader = DataLoader(dataset, batch_size=b, sampler=self.sampler, drop_last=True,
+                                 num_workers=workers, pin_memory=run.options.get("pin_memory", False),
+                                 **extra)
+        self.steps_per_epoch = len(self.loader)
+        assert self.steps_per_epoch == run.steps_per_epoch, (self.steps_per_epoch, run.steps_per_epoch)
+        self.epoch, self.batches = 0, iter(())
+
+    def _to_device(self, images: np.ndarray) -> torch.Tensor:
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(images)).to(
+            self.device, memory_format=self.memory_format, non_blocking=True)
+
+    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.fixed_batch is not None:
+            return self.fixed_batch
+        try:
+            x, y = next(self.batches)
+        except StopIteration:
+            self.sampler.set_epoch(self.epoch)
+            self.epoch += 1
+            self.batches = iter(self.loader)
+            x, y = next(self.batches)
+        x = x.to(self.device, memory_format=self.memory_format, non_blocking=True)
+        return x, y.to(self.device, non_blocking=True)
+
+    # -- the training step ---------------------------------------------------------------------
+    def step(self) -> None:
+        import torch
+
+        x, y = self._next_batch()
+        lr = self.lr_table[min(self.step_count, len(self.lr_table) - 1)]
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        with torch.autocast(self.device.type, dtype=self.autocast_dtype,
+                            enabled=self.autocast_dtype is not None):
+            loss = self.criterion(self.forward(x), y)
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        self.loss_sum += loss.detach().float()  # stays on the device: no host sync per step
+        self.loss_steps += 1
+        self.step_count += 1
+
+    def sync(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        if self.world > 1:
+            dist.barrier()
+
+    # -- evaluation and inspection -------------------------------------------------------------
+    def _all_sum(self, values: list[float]) -> list[float]:
+        import torch
+        import torch.distributed as dist
+
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        if self.world > 1:
+            dist.all_reduce(tensor)
+        return tensor.tolist()
+
+    def train_loss(self) -> float:
+        total, steps = self._all_sum([float(self.loss_sum), float(self.loss_steps)])
+        self.loss_sum.zero_()
+        self.loss_steps = 0
+        return total / max(steps, 1)
+
+    def evaluate(self) -> tuple[float, float]:
+        import torch
+
+        data = self.ctx.dataset
+        # Each rank scores a disjoint slice of the test split; the sums are all-reduced.
+        images, labels = data.test_x[self.rank::self.world], data.test_y[self.rank::self.world]
+        loss_sum, correct = 0.0, 0.0
+        self.module.eval()
+        with torch.no_grad(), torch.autocast(self.device.type, dtype=self.autocast_dtype,
+                                             enabled=self.autocast_dtype is not None):
+            for lo in range(0, len(labels), 2 * self.run.per_device_batch):
+                hi = lo + 2 * self.run.per_device_batch
+                logits = self.module(self._to_device(images[lo:hi])).float()
+                target = torch.from_numpy(labels[lo:hi]).to(self.device)
+                loss_sum += float(torch.nn.functional.cross_entropy(logits, target, reduction="sum"))
+                correct += float((logits.argmax(1) == target).sum())
+        self.module.train()
+        loss_sum, correct, count = self._all_sum([loss_sum, correct, float(len(labels))])
+        return loss_sum / count, correct / count
+
+    def predict(self, images: np.ndarray) -> np.ndarray:
+        import torch
+
+        self.module.eval()
+        with torch.no_grad():
+            logits = self.module(self._to_device(images)).float().cpu().numpy()
+        self.module.train()
+        return logits
+
+    def param_count(self) -> int:
+        return sum(p.numel() for p in self.module.parameters())
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return {name: tensor.detach().float().cpu().numpy()
+                for name, tensor in self.module.state_dict().items()
+                if not name.endswith("num_batches_tracked")}
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        import torch
+
+        state = self.module.state_dict()
+        missing = [k for k in state if not k.endswith("num_batches_tracked") and k not in weights]
+        if missing or set(weights) - set(state):
+            raise KeyError(f"weights do not match the model: missing {missing[:3]}, "
+                           f"unexpected {sorted(set(weights) - set(state))[:3]}")
+        with torch.no_grad():
+            for name, value in weights.items():
+                state[name].copy_(torch.from_numpy(np.asarray(value)))
+
+    def peak_memory_bytes(self) -> int | None:
+        import torch
+
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def profiler(self, directory):
+        from backends import profilers
+
+        return profilers.torch_trace(directory, self.run.device_kind == "gpu")
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            # Every rank reaches the teardown before any closes its connections: a gloo peer that
+            # still reads when the other side hangs up aborts its process (SIGABRT), failing the run.
+            dist.barrier()
+            dist.destroy_process_group()
+
+    def device_name(self) -> str:
+        import torch
+
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_name(self.device)
+        return envinfo.cpu_name()
+
+
+def devices() -> list[str]:
+    """Devices PyTorch sees (for `cnnbench env`)."""
+    import torch
+
+    found = [f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(torch.cuda.device_count())]
+    return found + [f"cpu ({torch.get_num_threads()} threads)"]

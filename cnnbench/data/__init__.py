@@ -1,0 +1,1 @@
+"""Data sources and the framework-neutral parts of input pipelines."""

@@ -1,0 +1,1 @@
+"""Inference: the plan (which variants to run), the measurement in the worker, serving."""

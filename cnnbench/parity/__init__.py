@@ -1,0 +1,1 @@
+"""Cross-framework checks: the same weights loaded everywhere, compared forward and after a step."""

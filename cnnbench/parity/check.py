@@ -1,0 +1,134 @@
+"""Proof that the CNN is the same in every framework.
+
+For each model and every pair of installed backends, from the *same* neutral weights and batch:
+  1. parameter counts (exact, real configuration) and the ordered list of weight shapes;
+  2. forward logits in inference mode: relative L2 difference <= FORWARD_TOL;
+  3. one plain SGD step (no momentum, fp32, training mode): the weights after the step, relative
+     L2 difference (all tensors together) <= STEP_TOL, and the *updates* (after - before) of all tensors
+     together, whose comparison catches a wrong gradient that a small weight change would hide,
+     <= UPDATE_TOL.
+BN running variances are left out of 3: PyTorch keeps the unbiased estimate, Keras and Flax the
+biased one (each framework's own convention); running means are compared.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from backends import REGISTRY
+from cnnbench import envinfo
+from cnnbench.model.facts import REFERENCE_PARAMS
+from cnnbench.model.layout import neutral_layout, trainable_count
+from cnnbench.parity.probe import ProbeResult, probe_run, random_weights, run_probe
+
+FORWARD_TOL = 1e-4
+PARITY_LR = 0.01
+# The update check's limit is set from float32's own noise floor: against a float64 computation of
+# the same step (JAX, x64), float32 updates differ by ~1e-6 for smallcnn and resnet18_cifar but by
+# ~2e-2 for resnet50, whose BN-parameter gradients are sums that cancel (untrained weights, few
+# samples per channel in the last stage). A real mismatch (padding, BN epsilon, momentum or decay
+# convention, layout) moves updates by far more than that, and most also fail the forward check.
+# The same noise limits the weights after the step for resnet50 (its updates are large relative to
+# the weights at this size), so its step tolerance is 5e-3 instead of 1e-4.
+UPDATE_TOL = {"smallcnn": 1e-3, "resnet18_cifar": 1e-3, "resnet50": 5e-2}
+STEP_TOL = {"smallcnn": 1e-4, "resnet18_cifar": 1e-4, "resnet50": 5e-3}
+
+# (image size, channels, classes, batch) used for the numerical checks; resnet50 at 64x64 to keep
+# CPU time small (its parameter count does not depend on the image size).
+PARITY_CONFIGS = {
+    "smallcnn": (8, 1, 10, 8),
+    "resnet18_cifar": (32, 3, 10, 4),
+    "resnet50": (64, 3, 1000, 4),
+}
+REAL_CONFIGS = {model: key for key in REFERENCE_PARAMS for model in [key[0]]}
+
+
+@dataclass(frozen=True)
+class Check:
+    model: str
+    pair: str
+    what: str
+    value: float
+    limit: float
+
+    @property
+    def ok(self) -> bool:
+        return self.value <= self.limit
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(a), 1e-12))
+
+
+def compare(model: str, name_a: str, a: ProbeResult, name_b: str, b: ProbeResult,
+            start: dict[str, np.ndarray]) -> list[Check]:
+    pair = f"{name_a} vs {name_b}"
+    shapes_a = [(k, v.shape) for k, v in a.weights.items()]
+    shapes_b = [(k, v.shape) for k, v in b.weights.items()]
+    checks = [
+        Check(model, pair, "params differ", float(a.params != b.params), 0.0),
+        Check(model, pair, "layer shapes differ", float(shapes_a != shapes_b), 0.0),
+        Check(model, pair, "forward rel L2", _rel(a.logits, b.logits), FORWARD_TOL),
+    ]
+    compared = [k for k in a.weights if not k.endswith("running_var") and k in b.weights]
+    after_a = np.concatenate([a.weights[k].ravel() for k in compared])
+    after_b = np.concatenate([b.weights[k].ravel() for k in compared])
+    checks.append(Check(model, pair, "weights after step rel L2", _rel(after_a, after_b), STEP_TOL[model]))
+    update_a = np.concatenate([(a.weights[k] - start[k]).ravel() for k in compared])
+    update_b = np.concatenate([(b.weights[k] - start[k]).ravel() for k in compared])
+    checks.append(Check(model, pair, "update rel L2", _rel(update_a, update_b), UPDATE_TOL[model]))
+    return checks
+
+
+def installed_backends() -> list[str]:
+    return [name for name in REGISTRY if envinfo.backend_version(name)]
+
+
+def participants(backends: list[str]) -> list[tuple[str, str, str]]:
+    """(label, backend, strategy) compared: each backend's default strategy; for keras, every
+    installed engine, since the same Keras model runs on each (labelled by the strategy)."""
+    found = []
+    for backend in backends:
+        entry = REGISTRY[backend]
+        if entry.strategy_packages:
+            found += [(s, backend, s) for s in entry.strategies if envinfo.backend_version(backend, s)]
+        else:
+            found.append((backend, backend, entry.strategies[0]))
+    return found
+
+
+def run_parity(models: list[str], backends: list[str], perturb: tuple[str, str] | None = None,
+               seed: int = 0) -> list[Check]:
+    """All checks for the models across the backends; ``perturb=(label, tensor)`` changes one
+    weight that one participant receives (the tests use it to prove a mismatch is caught)."""
+    checks = []
+    for model in models:
+        size, channels, classes, batch = PARITY_CONFIGS[model]
+        real = REAL_CONFIGS[model]
+        checks.append(Check(model, "layout", "layout params != reference",
+                            float(trainable_count(neutral_layout(*real)) != REFERENCE_PARAMS[real]), 0.0))
+        start = random_weights(model, size, channels, classes, seed)
+        rng = np.random.default_rng(seed + 1)
+        x = rng.standard_normal((batch, channels, size, size)).astype(np.float32)
+        y = rng.integers(0, classes, batch)
+        found: dict[str, ProbeResult] = {}
+        for label, backend, strategy in participants(backends):
+            weights = dict(start)
+            if perturb and perturb[0] == label:
+                weights[perturb[1]] = weights[perturb[1]] * 1.01
+            run = probe_run(backend, strategy, model, image_size=size, channels=channels,
+                            num_classes=classes, global_batch=batch, lr=PARITY_LR)
+            found[label] = run_probe(run, weights, x, y, x)
+        for name_a, name_b in itertools.combinations(found, 2):
+            checks += compare(model, name_a, found[name_a], name_b, found[name_b], start)
+    return checks
+
+
+def format_checks(checks: list[Check]) -> str:
+    lines = ["| model | backends | check | value | limit | ok |", "|---|---|---|---:|---:|---|"]
+    for c in checks:
+        lines.append(f"| {c.model} | {c.pair} | {c.what} | {c.value:.2e} | {c.limit:.0e} | {'yes' if c.ok else 'NO'} |")
+    return "\n".join(lines)

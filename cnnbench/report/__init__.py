@@ -1,0 +1,1 @@
+"""Charts and tables from results CSVs: training (throughput, scaling, accuracy) and inference."""

@@ -1,0 +1,180 @@
+"""Starts one run as a fresh process tree with the backend's layout and collects its outcome.
+
+Frameworks never share a process with each other or with the launcher: PyTorch runs N processes
+under torchrun, TensorFlow and JAX one process per host that owns all its devices. Emulation
+flags and device visibility go into the environment before the framework is imported. The tree
+runs in its own session, so a timeout, a crash of one rank or a Ctrl-C kills all of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import backends
+from cnnbench.runs import Run
+
+KILL_GRACE_S = 5.0
+LOG_TAIL_LINES = 60
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a backend wants its processes started on this host."""
+
+    processes: int  # processes on this host
+    env: dict[str, str] = field(default_factory=dict)
+    torchrun: bool = False  # start through torch.distributed.run
+
+
+@dataclass
+class Outcome:
+    """What came back from one process tree."""
+
+    status: str  # ok | failed
+    result: dict = field(default_factory=dict)
+    error: str = ""
+    wall_s: float = 0.0
+    log_tail: list[str] = field(default_factory=list)
+
+
+def cpu_threads_per_process(processes: int) -> int:
+    """Emulated devices split the cores; oversubscribing threads would measure contention."""
+    return max(1, (os.cpu_count() or 1) // max(processes, 1))
+
+
+def worker_command(run: Run, layout: Layout, run_json: Path, result_json: Path,
+                   extra: list[str]) -> list[str]:
+    worker = ["-m", "cnnbench.run.worker", str(run_json), str(result_json), *extra]
+    if not layout.torchrun:
+        return [sys.executable, *worker]
+    if run.hosts > 1:
+        addr, port = run.coordinator.rsplit(":", 1)
+        # Static rendezvous keeps node rank = host rank, so global rank 0 (the writer) is on host 0.
+        place = ["--nnodes", str(run.hosts), "--node-rank", str(run.host_rank),
+                 "--master-addr", addr, "--master-port", port]
+    else:
+        place = ["--standalone", "--nnodes", "1"]
+    return [sys.executable, "-m", "torch.distributed.run", *place,
+            "--nproc-per-node", str(layout.processes), "--max-restarts", "0", *worker]
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGTERM the run's session and every descendant, then SIGKILL whatever outlives the grace."""
+    import psutil
+
+    try:
+        leader = psutil.Process(proc.pid)
+        family = [leader, *leader.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        family = []
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        for member in family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                member.send_signal(sig)
+        _, family = psutil.wait_procs(family, timeout=KILL_GRACE_S)
+        if not family:
+            break
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=KILL_GRACE_S)
+
+
+def _pump(stream, tail: deque, echo: bool) -> None:
+    for line in iter(stream.readline, ""):
+        tail.append(line.rstrip("\n"))
+        if echo:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+
+
+def _first_rank_error(workdir: Path) -> str:
+    errors = []
+    for path in workdir.glob("*.err"):
+        try:
+            errors.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    if not errors:
+        return ""
+    first = min(errors, key=lambda e: e["time"])
+    return f"rank {first['rank']}: {first['error']}"
+
+
+def _exit_reason(returncode: int) -> str:
+    if returncode < 0:
+        return f"killed by signal {signal.Signals(-returncode).name}"
+    return f"exit code {returncode}"
+
+
+def telling_error_line(tail: Iterable[str]) -> str:
+    """The most telling line of a failed run's log: a C++ abort's message first (torchrun's summary
+    of a rank killed by a signal says only "error_file: <N/A>"), else the last error or exception."""
+    lines = [line.strip() for line in tail if line.strip()]
+    for marker in ("what():", "terminate called"):
+        found = [text for text in lines if marker in text]
+        if found:
+            return found[-1][:500]
+    for text in reversed(lines):
+        if ("Error" in text or "error" in text or "Exception" in text) and not text.startswith("error_file"):
+            return text[:500]
+    return ""
+
+
+def launch(run: Run, *, verbose: bool = False, probe: tuple[Path, Path] | None = None) -> Outcome:
+    """Run one configuration in a fresh process tree; never raises for worker failures."""
+    layout = backends.load(run.backend).launch_layout(run)
+    with tempfile.TemporaryDirectory(prefix="cnnbench-") as tmp:
+        workdir = Path(tmp)
+        run_json, result_json = workdir / "run.json", workdir / "result.json"
+        run_json.write_text(run.to_json())
+        extra = ["--probe", str(probe[0]), str(probe[1])] if probe else []
+        env = {**os.environ, **layout.env, "PYTHONUNBUFFERED": "1"}
+        # Keep NVLink multicast off in every process (it can take shared GPUs out of service).
+        env.setdefault("NCCL_NVLS_ENABLE", "0")
+        env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+        env.setdefault("NVSHMEM_DISABLE_NVLS", "1")
+        cmd = worker_command(run, layout, run_json, result_json, extra)
+        tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+                                cwd=Path(__file__).resolve().parent.parent)
+        reader = threading.Thread(target=_pump, args=(proc.stdout, tail, verbose), daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=run.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_tree(proc)
+        except BaseException:  # Ctrl-C or SIGTERM in the launcher: take the workers down too
+            _kill_tree(proc)
+            raise
+        else:
+            if proc.returncode != 0:
+                _kill_tree(proc)  # a rank may have left children behind
+        reader.join(timeout=5)
+        wall = time.perf_counter() - start
+        if timed_out:
+            error = f"timed out after {run.timeout_s:g} s (timeout_s); process tree killed"
+            return Outcome("failed", error=error, wall_s=wall, log_tail=list(tail))
+        # Only global rank 0 (on host 0) writes a result; other hosts succeed by exiting cleanly.
+        if proc.returncode == 0 and (probe or result_json.exists() or run.host_rank != 0):
+            result = json.loads(result_json.read_text()) if result_json.exists() else {}
+            return Outcome("ok", result=result, wall_s=wall, log_tail=list(tail))
+        error = (_first_rank_error(workdir) or telling_error_line(tail)
+                 or f"worker failed: {_exit_reason(proc.returncode)}")
+        return Outcome("failed", error=error, wall_s=wall, log_tail=list(tail))

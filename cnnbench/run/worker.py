@@ -1,0 +1,158 @@
+"""Worker entry point: ``python -m cnnbench.run.worker RUN_JSON RESULT_JSON [--probe IN OUT]``.
+
+Runs inside the process tree the launcher starts for one run (under torchrun for PyTorch). It
+loads the data, asks the backend for a trainer, drives the shared protocol and, on process 0
+only, writes a result JSON (atomically). Any process that fails writes its error next to it, so
+the launcher can name the real cause rather than a secondary "peer closed the connection".
+
+``--probe IN OUT`` replaces training by: load weights and a batch from IN (npz), compute logits in
+inference mode, take one training step on the batch, save logits and the new weights to OUT.
+The parity checks and the data-parallel equivalence tests use it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+import backends
+from cnnbench import envinfo
+from cnnbench.data import arrays as data_sources
+from cnnbench.run import faults
+from cnnbench.run.contract import BuildContext
+from cnnbench.run.protocol import train
+from cnnbench.run.schedule import lr_table_for
+from cnnbench.runs import Run
+
+
+def _process_position(run: Run) -> tuple[int, int, int]:
+    """(process index, process count, local rank): torchrun's variables, else one per host."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
+    return run.host_rank, run.hosts, 0
+
+
+def load_dataset(run: Run) -> data_sources.Dataset:
+    if run.dataset == "digits":
+        return data_sources.load_digits_dataset()
+    if run.dataset == "cifar10":
+        return data_sources.load_cifar10_dataset(run.data_path or None)
+    return data_sources.synthetic_dataset(run.synthetic_size, run.image_size, run.channels,
+                                          run.num_classes, run.seed)
+
+
+def _write_json_atomic(path: Path, payload: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload))
+    os.replace(tmp, path)
+
+
+def _logger(run: Run, is_main: bool):
+    if not is_main:
+        return lambda msg: None
+    return lambda msg: print(f"[{run.backend}/{run.strategy} x{run.devices}] {msg}", file=sys.stderr, flush=True)
+
+
+def _train(run: Run, ctx: BuildContext, result_path: Path, is_main: bool) -> None:
+    log = _logger(run, is_main)
+    if not is_main:  # only process 0 traces (--profile)
+        run = dataclasses.replace(run, profile_dir="")
+    trainer = backends.load(run.backend).build(run, ctx)
+    faults.install(trainer, ctx.process_index)
+    result = train(trainer, run, log)
+    if hasattr(trainer, "close"):
+        trainer.close()
+    if not is_main:
+        return
+    peak = trainer.peak_memory_bytes()
+    payload = {
+        **result.timing_summary(run.global_batch, run.devices),
+        "first_step_s": result.first_step_s,
+        "window_step_ms": result.window_step_ms,
+        "train_wall_s": result.train_wall_s,
+        "train_loss_final": result.train_loss_final,
+        "test_loss": result.test_loss,
+        "test_accuracy": result.test_accuracy,
+        "time_to_accuracy_s": result.time_to_accuracy_s,
+        "history": result.history,
+        "profile_path": result.profile_path,
+        "params": trainer.param_count(),
+        "peak_memory_mb": peak / 2**20 if peak is not None else None,
+        "device_name": trainer.device_name(),
+        "python": envinfo.python_version(),
+    }
+    _write_json_atomic(result_path, payload)
+
+
+def _infer(run: Run, result_path: Path) -> None:
+    from cnnbench.infer.measure import run_inference
+
+    images = data_sources.synthetic_dataset(run.synthetic_size, run.image_size, run.channels,
+                                            run.num_classes, run.seed).train_x
+    result = run_inference(run, backends.load(run.backend).build_inference, images, _logger(run, True))
+    _write_json_atomic(result_path, {**result, "python": envinfo.python_version()})
+
+
+def _probe(run: Run, ctx: BuildContext, probe_in: Path, probe_out: Path, is_main: bool) -> None:
+    trainer = backends.load(run.backend).build(run, ctx)
+    with np.load(probe_in) as saved:
+        weights = {k[2:]: saved[k] for k in saved.files if k.startswith("w:")}
+        eval_x = saved["eval_x"]
+    if weights:
+        trainer.set_weights(weights)
+    logits = trainer.predict(eval_x)
+    trainer.step()
+    trainer.sync()
+    after = trainer.get_weights()
+    if hasattr(trainer, "close"):
+        trainer.close()
+    if is_main:
+        shapes = {f"w:{k}": v for k, v in after.items()}
+        np.savez(probe_out, logits=logits, params=np.array(trainer.param_count()),
+                 names=np.array(list(after)), **shapes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cnnbench.run.worker")
+    parser.add_argument("run_json", type=Path)
+    parser.add_argument("result_json", type=Path)
+    parser.add_argument("--probe", nargs=2, type=Path, metavar=("IN", "OUT"))
+    args = parser.parse_args(argv)
+    run = Run.from_json(args.run_json.read_text())
+    index, count, local_rank = _process_position(run)
+    try:
+        if run.mode == "infer":
+            _infer(run, args.result_json)
+            return 0
+        if args.probe:
+            with np.load(args.probe[0]) as saved:
+                dataset = data_sources.Dataset(saved["x"], saved["y"], saved["x"][:0], saved["y"][:0],
+                                               run.num_classes)
+        else:
+            dataset = load_dataset(run)
+        ctx = BuildContext(dataset=dataset, lr_table=lr_table_for(run), process_index=index,
+                           process_count=count, local_rank=local_rank)
+        if args.probe:
+            _probe(run, ctx, args.probe[0], args.probe[1], index == 0)
+        else:
+            _train(run, ctx, args.result_json, index == 0)
+    except BaseException as exc:  # noqa: BLE001 - report every failure, then fail
+        message = f"{type(exc).__name__}: {exc}".strip()
+        err = args.result_json.with_name(f"{args.result_json.name}.rank{index}.err")
+        _write_json_atomic(err, {"rank": index, "time": time.time(), "error": message,
+                                 "traceback": traceback.format_exc()})
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

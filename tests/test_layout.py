@@ -1,0 +1,53 @@
+"""The layout's rules: no import cycles anywhere, and the core never imports a framework at import time."""
+
+from __future__ import annotations
+
+import pytest
+from import_graph import find_cycles, import_graph, module_level_framework_imports, project_sources
+
+# The three loops the flat layout had, each as the lazy import that closed it: putting one back must fail.
+OLD_LOOPS = {
+    "backends.torch.ddp": "from backends.torch.pipeline import PipelineTrainer",
+    "backends.jax.spmd": "from backends.jax.pipeline import JaxPipelineTrainer",
+    "backends.tensorflow.mirrored": "from backends.tensorflow.infer import TFInference",
+}
+CLOSERS = {
+    "backends.torch.pipeline": "from backends.torch.ddp import TorchTrainer",
+    "backends.jax.pipeline": "from backends.jax.spmd import JaxTrainer",
+    "backends.tensorflow.infer": "from backends.tensorflow.mirrored import TFTrainer",
+}
+
+
+def test_no_import_cycles() -> None:
+    cycles = find_cycles(import_graph(project_sources()))
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("module", sorted(OLD_LOOPS))
+def test_cycle_check_names_a_reintroduced_loop(module: str) -> None:
+    sources = project_sources()
+    # Both directions, each inside a function as the old code had them.
+    sources[module] += f"\n\ndef _reintroduced():\n    {OLD_LOOPS[module]}\n"
+    closer = next(m for m in CLOSERS if m.rsplit(".", 1)[0] == module.rsplit(".", 1)[0])
+    sources[closer] += f"\n\ndef _other_way():\n    {CLOSERS[closer]}\n"
+    cycles = find_cycles(import_graph(sources))
+    assert any(module in c and closer in c for c in cycles), cycles
+
+
+def test_core_and_backend_faces_import_no_framework_at_module_level() -> None:
+    """The launcher imports the core and every backend's face: none may start a framework (they must
+    never share a process, and device emulation flags must be set before one starts)."""
+    offenders = {}
+    for name, text in project_sources().items():
+        core = name.startswith("cnnbench")
+        face = name == "backends" or name.count(".") == 1 and name.startswith("backends.")
+        if core or face:
+            found = module_level_framework_imports(text)
+            if found:
+                offenders[name] = found
+    assert not offenders, offenders
+
+
+def test_framework_check_sees_a_module_level_import() -> None:
+    text = "import numpy\ntry:\n    import torch\nexcept ImportError:\n    pass\n\ndef f():\n    import jax\n"
+    assert module_level_framework_imports(text) == ["torch"]
