@@ -88,9 +88,9 @@ def test_history_next_to_runs(tmp_path):
 
 
 def test_a_version_1_file_is_upgraded_in_place_and_can_then_be_appended_to(tmp_path):
-    from cnnbench.table.schema import ADDED_IN_V2, COLUMN_NAMES, SCHEMA_VERSION
+    from cnnbench.table.schema import SCHEMA_VERSION, columns_of_version
 
-    old_header = [c for c in COLUMN_NAMES if c not in ADDED_IN_V2]
+    old_header = list(columns_of_version(1))
     path = tmp_path / "old.csv"
     path.write_text(",".join(old_header) + "\n" + ",".join("1" if c == "schema_version" else
                                                            ("abc" if c == "run_id" else "") for c in old_header) + "\n")

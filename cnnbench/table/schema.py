@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 2  # 2: inference/serving and model-parallel columns
+SCHEMA_VERSION = 3  # 2: inference/serving and model-parallel columns; 3: see ADDED_IN_V3
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,20 @@ ADDED_IN_V2: tuple[str, ...] = (
     "variant", "mesh_shape", "microbatches", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99",
     "arrival_rate_rps", "requests", "max_batch", "batch_timeout_ms", "mean_batch", "profile_path",
 )
+
+
+# Columns that schema version 3 added (real input, HTTP serving, health, measurement spread); older
+# files get them empty (`cnnbench upgrade`).
+ADDED_IN_V3: tuple[str, ...] = ()
+
+# Every version's additions, oldest first: what `cnnbench upgrade` adds to a file of that version.
+ADDED_IN: dict[int, tuple[str, ...]] = {2: ADDED_IN_V2, 3: ADDED_IN_V3}
+
+
+def columns_of_version(version: int) -> tuple[str, ...]:
+    """The header a file written by schema version ``version`` has (columns keep their order)."""
+    later = {name for v, names in ADDED_IN.items() if v > version for name in names}
+    return tuple(name for name in COLUMN_NAMES if name not in later)
 
 
 def column(name: str) -> Column:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cnnbench.errors import ResultsFileError
-from cnnbench.table.schema import ADDED_IN_V2, COLUMN_NAMES, SCHEMA_VERSION, format_cell, parse_cell
+from cnnbench.table.schema import COLUMN_NAMES, SCHEMA_VERSION, columns_of_version, format_cell, parse_cell
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -116,8 +116,8 @@ def append_history(results_csv: Path, run_id: str, history: Sequence[dict[str, A
 
 
 def upgrade_file(path: Path) -> int:
-    """Rewrite a schema-version-1 results file in the current format (new columns empty); returns
-    the rows rewritten, 0 when the file is already current. Atomic: a new file replaces the old."""
+    """Rewrite a results file of an older schema version in the current format (new columns empty);
+    returns the rows rewritten, 0 when the file is already current. Atomic: a new file replaces the old."""
     if not path.is_file():
         raise ResultsFileError(f"{path}: no such results file")
     with path.open(newline="") as handle:
@@ -126,9 +126,9 @@ def upgrade_file(path: Path) -> int:
         rows = list(reader)
     if header == list(COLUMN_NAMES):
         return 0
-    old = [name for name in COLUMN_NAMES if name not in ADDED_IN_V2]
-    if header != old:
-        raise ResultsFileError(f"{path}: neither schema version 1 nor the current format; not changed")
+    known = {v: list(columns_of_version(v)) for v in range(1, SCHEMA_VERSION)}
+    if header not in known.values():
+        raise ResultsFileError(f"{path}: not a results file of schema version 1 to {SCHEMA_VERSION}; not changed")
     typed = [{**{k: parse_cell(k, v) for k, v in row.items()}, "schema_version": SCHEMA_VERSION} for row in rows]
     tmp = path.with_name(path.name + ".upgrade.tmp")
     tmp.write_bytes(_render(COLUMN_NAMES, typed, True, format_cell))
