@@ -7,10 +7,12 @@ import json
 import signal
 import subprocess
 import sys
+import typing
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from backends import BACKEND_NAMES, REGISTRY
 from cnnbench import envinfo
@@ -21,9 +23,74 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC = REPO_ROOT / "experiments" / "quickstart.toml"
 DEFAULT_OUT = Path("results") / "runs.csv"
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Train the same CNN data-parallel under PyTorch, TensorFlow and JAX; "
-                       "one timing protocol, one CSV row per run.")
+
+class ClickStyleCommand(TyperCommand):
+    """`--help` in the conventions of click tools: `SPEC` (required) or `[SPEC]` for an argument,
+    TEXT/PATH/INTEGER/FLOAT after an option that takes a value, nothing after a flag.
+
+    typer's own help shows Python types (`<list[str]>`, `<int range>`), `{spec}` for a required
+    argument and, in its rich mode, `<bool>` after flags and console markup eaten from the text (a
+    `[infer]` table name vanished); the app therefore runs without markup (`rich_markup_mode=None`,
+    every help text printed literally) and this class names the placeholders.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.metavar is None and not getattr(param, "is_flag", False):
+                param.metavar = _metavar(param)
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        return pieces + [_argument_usage(p) for p in self.get_params(ctx) if p.param_type_name == "argument"]
+
+    def format_options(self, ctx: typer.Context, formatter: Any) -> None:
+        arguments, options = [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":  # typer adds the type after the name
+                arguments.append((_argument_usage(param), record[1]))
+            else:
+                options.append(record)
+        for title, records in (("Arguments", arguments), ("Options", options)):
+            if records:
+                with formatter.section(title):
+                    formatter.write_dl(records)
+
+
+_METAVARS = {str: "TEXT", int: "INTEGER", float: "FLOAT", bool: "BOOLEAN"}
+
+
+def _metavar(param: Any) -> str:
+    if param.param_type_name == "argument":
+        return param.name.upper()
+    described = param.type_descriptor
+    if described.is_choice:
+        return "[" + "|".join(map(str, described.choices)) + "]"
+    if described.is_path:
+        return "PATH"
+    kind = typing.get_args(described.annotation)[0] if described.is_list else described.annotation
+    return _METAVARS.get(kind, getattr(kind, "__name__", "VALUE").upper())
+
+
+def _argument_usage(param: Any) -> str:
+    name = param.metavar or param.name.upper()
+    name = name if param.required else f"[{name}]"
+    return name + ("..." if param.nargs != 1 else "")
+
+
+class _App(typer.Typer):
+    """Every command of the app (also those added later) gets the click-style help."""
+
+    def command(self, *args: Any, cls: type[TyperCommand] | None = None, **kwargs: Any):
+        return super().command(*args, cls=cls or ClickStyleCommand, **kwargs)
+
+
+app = _App(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+           help="Train the same CNN data-parallel under PyTorch, TensorFlow and JAX; "
+                "one timing protocol, one CSV row per run.")
 
 
 def _parse_backends(values: list[str] | None) -> tuple[str, ...] | None:
@@ -60,9 +127,12 @@ def _check_device(device: str | None) -> None:
 
 
 SpecArg = Annotated[Optional[Path], typer.Argument(help="Experiment TOML (default: experiments/quickstart.toml).")]
-BackendOpt = Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="Backend(s) to run, or all.")]
+BackendOpt = Annotated[Optional[list[str]], typer.Option(
+    "--backend", "-b", help="Backends to run: a comma-separated list (torch,jax), or the option repeated, or all; "
+                            "it replaces the spec's list and may name a backend the spec leaves out.")]
 DevicesOpt = Annotated[Optional[str], typer.Option(help="Device counts, e.g. 1,2,4 (overrides the spec).")]
-OutOpt = Annotated[Path, typer.Option(help="Results CSV to append to.")]
+OutOpt = Annotated[Path, typer.Option(help="Results CSV to append to; checked before anything runs (a missing "
+                                             "folder is created).")]
 DeviceOpt = Annotated[Optional[str], typer.Option(help="cpu or gpu (overrides the spec's device).")]
 PeakTflopsOpt = Annotated[Optional[float], typer.Option(help="Device peak TFLOP/s for the mfu column.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Stream worker output.")]
@@ -217,7 +287,7 @@ def _report_after_run(out: Path) -> None:
 def infer(
     spec: Annotated[Path, typer.Argument(help="Experiment TOML with [infer] (and [serve]) tables.")],
     backend: BackendOpt = None,
-    out: Annotated[Path, typer.Option(help="Results CSV to append to.")] = Path("results") / "infer.csv",
+    out: OutOpt = Path("results") / "infer.csv",
     device: DeviceOpt = None,
     profile: Annotated[Optional[Path], typer.Option(help="Trace one window of the largest sweep batch here.")] = None,
     peak_tflops: PeakTflopsOpt = None,
