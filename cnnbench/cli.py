@@ -198,6 +198,7 @@ def sweep(
 ) -> None:
     """Run every run of a spec that has no ok row in OUT yet: an interrupted sweep resumes."""
     from cnnbench.run.execute import execute_runs, split_done
+    from cnnbench.run.plans import gap_note
     from cnnbench.runs import expand
     from cnnbench.spec import load_spec
 
@@ -210,7 +211,7 @@ def sweep(
         for index, item in enumerate(runs, start=1):
             state = "run" if item in todo else "done"
             print(f"  {index:3d}. [{state}] {item.label} scaling={item.scaling} global_batch={item.global_batch}"
-                  f"{_gap_note(item)}")
+                  f"{gap_note(item)}")
         return
     if done:
         print(f"skipping {len(done)} run(s) already ok in {out}", file=sys.stderr)
@@ -219,24 +220,22 @@ def sweep(
 
 
 @app.command()
-def validate(spec: Annotated[Path, typer.Argument(help="Experiment TOML.")],
-             device: Annotated[Optional[str], typer.Option(help="cpu or gpu.")] = None) -> None:
-    """Check a spec and print the runs it expands to (device availability is not checked)."""
-    from cnnbench.runs import expand
-    from cnnbench.spec import load_spec
+def validate(
+    spec: Annotated[Path, typer.Argument(help="Experiment TOML (training, [infer]/[serve] or any other "
+                                              "command's tables).")],
+    device: Annotated[Optional[str], typer.Option(help="cpu or gpu.")] = None,
+    for_command: Annotated[Optional[str], typer.Option(
+        "--for", help="Plan the spec for this command only (default: every command whose tables or "
+                      "fields it has; a spec with none is a training spec).")] = None,
+) -> None:
+    """Check a spec and print what each command it is for would run (devices present are not checked)."""
+    from cnnbench.run.plans import validate as plan_spec
 
-    runs = expand(load_spec(spec), device_kind=device, check_devices=False)
-    print(f"{spec}: valid, {len(runs)} run(s)")
-    for index, item in enumerate(runs, start=1):
-        print(f"  {index:3d}. {item.label}  lr={item.lr:.4g} steps={item.total_steps}{_gap_note(item)}")
-
-
-def _gap_note(run) -> str:
-    """A run its framework cannot do is planned as a skipped row: the plan says so."""
-    from cnnbench.runs import not_supported
-
-    reason = not_supported(run)
-    return f"  -> skipped row ({reason})" if reason else ""
+    _check_device(device)
+    for plan in plan_spec(spec, for_command, device):
+        print(f"{spec}: valid for {plan.command}, {plan.headline}")
+        for index, line in enumerate(plan.lines, start=1):
+            print(f"  {index:3d}. {line}")
 
 
 @app.command()
