@@ -14,6 +14,7 @@ import fcntl
 import io
 import os
 import signal
+import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -31,6 +32,11 @@ HISTORY_COLUMNS = ("run_id", "epoch", "wall_s", "train_loss", "test_loss", "test
 def history_path(results_csv: Path) -> Path:
     """Per-epoch history lives next to the runs CSV: ``runs.csv`` -> ``runs.history.csv``."""
     return results_csv.with_name(results_csv.stem + ".history.csv")
+
+
+def lock_path(results_csv: Path) -> Path:
+    """Appends to ``runs.csv`` are serialised by an exclusive lock on ``runs.csv.lock``."""
+    return results_csv.with_name(results_csv.name + ".lock")
 
 
 @contextlib.contextmanager
@@ -81,8 +87,7 @@ def append_table(path: Path, header: Sequence[str], rows: Sequence[dict[str, Any
     if not rows:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = path.with_name(path.name + ".lock")
-    with open(lock_path, "a") as lock, _signals_held():
+    with open(lock_path(path), "a") as lock, _signals_held():
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             has_header = _check_existing(path, header)
@@ -99,9 +104,36 @@ def append_table(path: Path, header: Sequence[str], rows: Sequence[dict[str, Any
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def check_appendable(path: Path) -> None:
-    """Refuse a foreign or damaged results file before any run starts."""
-    _check_existing(path, COLUMN_NAMES)
+def check_appendable(path: Path, header: Sequence[str] = COLUMN_NAMES) -> None:
+    """Refuse, before any run starts, a results file that could not take the rows: one of another
+    format or damaged, or one that cannot be written (with its ``.lock`` and ``.history.csv``) because
+    a file stands where a folder is needed, the place is read-only, or it is a folder. A missing
+    parent folder is created. Every command that appends rows calls this before launching anything."""
+    for target in (path, lock_path(path), history_path(path)):
+        _check_writable(target)
+    _check_existing(path, header)
+
+
+def _check_writable(target: Path) -> None:
+    if target.is_dir():
+        raise ResultsFileError(f"{target}: is a folder; expected a CSV file")
+    if target.exists():
+        try:
+            with open(target, "ab"):  # opening for append changes nothing
+                pass
+        except OSError as exc:
+            raise ResultsFileError(f"{target}: cannot be written ({exc.strerror})") from None
+        return
+    folder = target.parent
+    blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise ResultsFileError(f"{target}: cannot create its folder: {blocking} is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{target.name}.", suffix=".check"):
+            pass  # a file can be created (and removed) there
+    except OSError as exc:
+        raise ResultsFileError(f"{target}: cannot create files in {folder} ({exc.strerror})") from None
 
 
 def append_rows(path: Path, rows: Sequence[dict[str, Any]]) -> None:
