@@ -41,6 +41,13 @@ def _spec(tmp_path, backend="torch", devices="[2]", timeout=120):
     return write_spec(tmp_path, text.replace('device = "cpu"', f'device = "cpu"\ntimeout_s = {timeout}'))
 
 
+def _tmpdir(tmp_path):
+    """TMPDIR of the commands a test starts: their temporary run folders are looked for there."""
+    folder = tmp_path / "tmp"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 def _assert_clean_csv(path, expected_rows):
     lines = path.read_text().splitlines()
     assert len(lines) == 1 + expected_rows
@@ -57,7 +64,8 @@ def _assert_clean_csv(path, expected_rows):
 def test_crash_writes_a_failed_row_and_leaves_no_process(tmp_path, backend, fault):
     out = tmp_path / "rows.csv"
     started = time.monotonic()
-    done = run_cli("run", _spec(tmp_path, backend), "--out", out, env={"CNNBENCH_FAULT": fault, **MARK})
+    done = run_cli("run", _spec(tmp_path, backend), "--out", out,
+                   env={"CNNBENCH_FAULT": fault, "TMPDIR": str(_tmpdir(tmp_path)), **MARK})
     assert time.monotonic() - started < 120 + 15
     assert done.returncode == 1, done.stderr[-2000:]
     (row,) = _assert_clean_csv(out, 1)
@@ -67,6 +75,7 @@ def test_crash_writes_a_failed_row_and_leaves_no_process(tmp_path, backend, faul
     else:
         assert row["error"]
     assert not _workers()
+    assert not list(_tmpdir(tmp_path).glob("cnnbench-*"))  # the failed run's folder is gone
 
 
 def test_hang_is_killed_at_timeout(tmp_path):
@@ -93,7 +102,7 @@ def test_sweep_continues_after_a_failed_run(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_kills_workers_and_writes_nothing(tmp_path, sig):
     out = tmp_path / "rows.csv"
-    env = {**os.environ, "CNNBENCH_FAULT": "rank=0,step=3,kind=hang", **MARK}
+    env = {**os.environ, "CNNBENCH_FAULT": "rank=0,step=3,kind=hang", "TMPDIR": str(_tmpdir(tmp_path)), **MARK}
     proc = subprocess.Popen([sys.executable, "-m", "cnnbench.cli", "run", str(_spec(tmp_path)), "--out", str(out)],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -107,6 +116,7 @@ def test_interrupt_kills_workers_and_writes_nothing(tmp_path, sig):
     assert not out.exists() or len(out.read_text().splitlines()) <= 1
     time.sleep(1)
     assert not _workers()
+    assert not list(_tmpdir(tmp_path).glob("cnnbench-*"))  # the interrupted run's folder is gone
 
 
 def test_concurrent_runs_append_to_one_csv(tmp_path):
@@ -160,3 +170,16 @@ def test_a_rank_killed_by_a_cpp_abort_is_reported_by_its_message_not_the_launche
     assert telling_error_line(tail).startswith("what():  [pair.cc:598] Connection closed by peer")
     python_failure = ["Traceback (most recent call last):", "ValueError: bad shape", "error_file: <N/A>"]
     assert telling_error_line(python_failure) == "ValueError: bad shape"
+
+
+def test_only_the_run_folders_of_launchers_that_are_gone_are_removed(tmp_path):
+    from cnnbench.run.launch import remove_orphaned_run_folders
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, alive = tmp_path / f"cnnbench-{gone.stdout.strip()}-abc", tmp_path / f"cnnbench-{os.getpid()}-def"
+    other = tmp_path / "cnnbench-report"  # not a run folder: left alone
+    for folder in (dead, alive, other):
+        folder.mkdir()
+        (folder / "run.json").write_text("{}")
+    assert remove_orphaned_run_folders(tmp_path) == [dead]
+    assert not dead.exists() and alive.exists() and other.exists()

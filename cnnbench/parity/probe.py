@@ -7,16 +7,14 @@ SGD step come back in the neutral layout.
 
 from __future__ import annotations
 
-import tempfile
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from cnnbench.errors import UserError
 from cnnbench.model.layout import neutral_layout
-from cnnbench.run.launch import launch
+from cnnbench.run.launch import launch, run_folder
 from cnnbench.runs import Run
 
 
@@ -69,8 +67,8 @@ def random_weights(model: str, image_size: int, channels: int, num_classes: int,
 
 def run_probe(run: Run, weights: dict[str, np.ndarray] | None, x: np.ndarray, y: np.ndarray,
               eval_x: np.ndarray) -> ProbeResult:
-    with tempfile.TemporaryDirectory(prefix="cnnbench-probe-") as tmp:
-        probe_in, probe_out = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
+    with run_folder("cnnbench-probe-") as tmp:
+        probe_in, probe_out = tmp / "in.npz", tmp / "out.npz"
         named = {f"w:{k}": v for k, v in (weights or {}).items()}
         np.savez(probe_in, x=x.astype(np.float32), y=y.astype(np.int64), eval_x=eval_x.astype(np.float32), **named)
         outcome = launch(run, probe=(probe_in, probe_out))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +20,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,11 +135,56 @@ def telling_error_line(tail: Iterable[str]) -> str:
     return ""
 
 
+# A run's temporary folder is named after the launching process: cnnbench-<pid>-<random>.
+_RUN_FOLDER = re.compile(r"^cnnbench-(?:probe-)?(\d+)-")
+
+
+@contextlib.contextmanager
+def run_folder(prefix: str = "cnnbench-") -> Iterator[Path]:
+    """A temporary folder for one run's files (run.json, result.json, the ranks' errors), removed on
+    every way out: ok, failed, timed out, an exception, Ctrl-C or SIGTERM. A launcher killed outright
+    (SIGKILL) cannot clean up, so every new run first removes the folders of launchers that are gone."""
+    remove_orphaned_run_folders()
+    folder = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    try:
+        yield folder
+    finally:
+        for _ in range(3):  # a rank that was just killed may have written one last file meanwhile
+            shutil.rmtree(folder, ignore_errors=True)
+            if not folder.exists():
+                break
+            time.sleep(0.2)
+
+
+def remove_orphaned_run_folders(root: Path | None = None) -> list[Path]:
+    """Remove this user's run folders whose launching process no longer exists; returns them."""
+    removed = []
+    for folder in Path(root or tempfile.gettempdir()).glob("cnnbench-*"):
+        found = _RUN_FOLDER.match(folder.name)
+        try:
+            mine = folder.is_dir() and folder.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if found and mine and not _alive(int(found.group(1))):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
 def launch(run: Run, *, verbose: bool = False, probe: tuple[Path, Path] | None = None) -> Outcome:
     """Run one configuration in a fresh process tree; never raises for worker failures."""
     layout = backends.load(run.backend).launch_layout(run)
-    with tempfile.TemporaryDirectory(prefix="cnnbench-") as tmp:
-        workdir = Path(tmp)
+    with run_folder() as workdir:
         run_json, result_json = workdir / "run.json", workdir / "result.json"
         run_json.write_text(run.to_json())
         extra = ["--probe", str(probe[0]), str(probe[1])] if probe else []
