@@ -245,12 +245,20 @@ def report(
     model: Annotated[Optional[str], typer.Option(help="Only this model.")] = None,
     dataset: Annotated[Optional[str], typer.Option(help="Only this dataset.")] = None,
     device_type: Annotated[Optional[str], typer.Option(help="Only cpu, cpu-emulated or gpu rows.")] = None,
+    spread_limit: Annotated[float, typer.Option(
+        min=0.0, help="summary.md lists runs whose windows (p90/p10 - 1) or trials spread more than this.")] = 0.2,
 ) -> None:
-    """Regenerate comparison charts (PNG + SVG) and summary.md from result CSVs."""
+    """Regenerate comparison charts (PNG + SVG) and summary.md from result CSVs (history files among
+    them, e.g. from results/*.csv, are recognised and read with their results file)."""
     from cnnbench.report.train import build_report, report_dir_for
+    from cnnbench.table.store import split_history_files
 
-    paths = list(csv or [DEFAULT_OUT])
-    made = build_report(paths, out or report_dir_for(paths[0]), model, dataset, device_type)
+    paths, notes = split_history_files(list(csv or [DEFAULT_OUT]))
+    for note in notes:
+        print(f"cnnbench: {note}", file=sys.stderr)
+    if not paths:
+        raise UserError("report: only per-epoch history files given; give the results CSVs they belong to")
+    made = build_report(paths, out or report_dir_for(paths[0]), model, dataset, device_type, spread_limit)
     for name, files in made.files.items():
         print(f"{name}: {', '.join(map(str, files))}")
 

@@ -75,6 +75,7 @@ class Run:
     profile_dir: str = ""  # --profile: trace one window into this folder
     model_parallel: int = 1  # devices per model copy (data+tensor)
     microbatches: int = 1  # pipeline micro-batches per step
+    spread_limit: float = 0.2  # timing.spread_limit: a row whose windows spread more is flagged as noisy
 
     @property
     def device_type(self) -> str:
@@ -194,7 +195,7 @@ def expand(spec: Spec, *, backends: tuple[str, ...] | None = None,
                 window_steps=spec.timing.window_steps, seed=spec.seed,
                 target_accuracy=spec.target_accuracy, timeout_s=spec.timeout_s, options=options,
                 host_rank=host_rank, coordinator=coordinator, model_parallel=spec.model_parallel,
-                microbatches=spec.microbatches,
+                microbatches=spec.microbatches, spread_limit=spec.timing.spread_limit,
             )
             problem = getattr(backend_module(backend), "unsupported", lambda _: None)(run)
             if problem:

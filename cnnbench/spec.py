@@ -21,6 +21,7 @@ from backends import BACKEND_NAMES, MODEL_PARALLEL_STRATEGIES, REGISTRY
 from cnnbench.data import arrays as data_sources
 from cnnbench.errors import DataError, SpecError
 from cnnbench.model.facts import MODELS
+from cnnbench.table.spread import DEFAULT_SPREAD_LIMIT
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 SCALINGS = ("weak", "strong")
@@ -56,6 +57,8 @@ class TimingSpec:
     warmup_steps: int = _f(5, "Steps after the first one that are run and discarded.", min=0)
     windows: int = _f(5, "Number of timed windows.", min=1)
     window_steps: int = _f(10, "Steps in each timed window.", min=1)
+    spread_limit: float = _f(DEFAULT_SPREAD_LIMIT, "A run whose windows spread more than this (p90 / p10 - 1 "
+                                                   "of the step times) is flagged as noisy.", min=0.0)
 
 
 @dataclass(frozen=True)
@@ -323,6 +326,8 @@ def spec_hash(spec: Spec) -> str:
     swept = {"name", "backends", "devices", "scaling", "per_device_batch", "global_batch",
              "precision", "trials", "timeout_s", "source", "infer", "serve"}
     fixed = {k: v for k, v in dataclasses.asdict(spec).items() if k not in swept}
+    # How noisy a run may be before it is flagged changes nothing it computes.
+    fixed["timing"] = {k: v for k, v in fixed["timing"].items() if k != "spread_limit"}
     for backend in BACKEND_NAMES:  # the strategies list is swept too
         fixed[backend] = {k: v for k, v in fixed[backend].items() if k != "strategies"}
     return hashlib.sha256(json.dumps(fixed, sort_keys=True, default=list).encode()).hexdigest()[:12]

@@ -18,6 +18,7 @@ import pandas as pd
 
 from cnnbench.errors import ResultsFileError
 from cnnbench.table import store
+from cnnbench.table.spread import DEFAULT_SPREAD_LIMIT, noisy_markdown, noisy_rows
 
 EMULATED_NOTE = "emulated CPU devices: the parallel code path, not hardware scaling"
 GROUP = ["spec_name", "spec_hash", "model", "dataset", "backend", "strategy", "scaling", "precision",
@@ -134,7 +135,7 @@ def _save(fig, report: Report, name: str) -> None:
 
 
 def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dataset: str | None = None,
-                 device_type: str | None = None) -> Report:
+                 device_type: str | None = None, spread_limit: float = DEFAULT_SPREAD_LIMIT) -> Report:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -148,8 +149,12 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
         from cnnbench.report import infer as report_infer
 
         report_infer.draw(inference, report, _finish_chart)
+    noisy = noisy_markdown(noisy_rows(everything, spread_limit), spread_limit)
+    report.tables["noisy"] = noisy
     frame = everything[~everything["mode"].isin(["infer", "serve"])]
     if frame.empty:
+        if noisy:
+            _write_summary(report, noisy.lstrip())
         return report
     agg = aggregate(frame)
     eff = efficiency(agg)
@@ -216,9 +221,13 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
 
     summary = summary_table(agg, eff)
     report.tables["summary"] = summary
-    (out_dir / "summary.md").write_text(summary)
-    report.files["summary"] = [out_dir / "summary.md"]
+    _write_summary(report, summary + noisy)
     return report
+
+
+def _write_summary(report: Report, text: str) -> None:
+    (report.out_dir / "summary.md").write_text(text)
+    report.files["summary"] = [report.out_dir / "summary.md"]
 
 
 def summary_table(agg: pd.DataFrame, eff: pd.DataFrame) -> str:

@@ -15,13 +15,14 @@ from cnnbench.runs import Run, not_supported
 from cnnbench.table import store
 from cnnbench.table.rows import infer_rows, outcome_row, skipped_row, skipped_variant_row
 from cnnbench.table.schema import CONFIG_KEY
+from cnnbench.table.spread import DEFAULT_SPREAD_LIMIT, noisy_note
 
 
 def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _summary(row: dict[str, Any]) -> str:
+def _summary(row: dict[str, Any], limit: float = DEFAULT_SPREAD_LIMIT) -> str:
     if row["status"] == "ok" and row.get("images_per_sec") is None:
         return "ok (host 0 writes the row)"
     if row["status"] != "ok":
@@ -29,7 +30,8 @@ def _summary(row: dict[str, Any]) -> str:
     text = f"ok {row['images_per_sec']:.0f} img/s, first step {row['first_step_s']:.1f} s"
     if row.get("test_accuracy") is not None:
         text += f", accuracy {row['test_accuracy']:.3f}"
-    return text
+    note = noisy_note(row.get("step_time_spread"), limit)
+    return f"{text}; {note}" if note else text
 
 
 def _missing(run: Run) -> str | None:
@@ -94,7 +96,7 @@ def execute_runs(runs: Sequence[Run], out: Path, *, verbose: bool = False,
             store.append_rows(out, [row])
             store.append_history(out, run.run_id, history)
         rows.append(row)
-        _say(f"[{index}/{len(runs)}] {_summary(row)} ({time.perf_counter() - started:.1f} s)")
+        _say(f"[{index}/{len(runs)}] {_summary(row, run.spread_limit)} ({time.perf_counter() - started:.1f} s)")
         if on_row:
             on_row(index, row)
     return rows
@@ -122,6 +124,10 @@ def execute_infer(runs: Sequence[Run], skipped: Sequence[tuple[Run, Any, str]], 
         rows += new
         failed = sum(r["status"] == "failed" for r in new)
         _say(f"[{index}/{len(runs)}] {len(new) - failed} ok, {failed} failed ({time.perf_counter() - started:.1f} s)")
+        for row in new:
+            note = noisy_note(row.get("step_time_spread"), run.spread_limit)
+            if note:
+                _say(f"    {row['variant']} b{row['global_batch']}: {note}")
     return rows
 
 

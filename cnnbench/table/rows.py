@@ -10,6 +10,7 @@ from cnnbench.model import flops
 from cnnbench.run.launch import Outcome
 from cnnbench.runs import Run
 from cnnbench.table.schema import SCHEMA_VERSION, STATUS_SKIPPED
+from cnnbench.table.spread import step_time_spread
 
 
 def _options_text(options: dict[str, Any]) -> str:
@@ -87,6 +88,7 @@ def outcome_row(run: Run, outcome: Outcome, peak_tflops: float | None = None) ->
         row[name] = result.get(name)
     if result.get("window_step_ms"):  # with --profile, the traced window is not among them
         row["windows"] = len(result["window_step_ms"])
+    row["step_time_spread"] = step_time_spread(row["step_time_ms_p10"], row["step_time_ms_p90"])
     peak = peak_tflops or flops.peak_tflops(row["device_name"] or "", run.precision)
     row["mfu"] = flops.mfu(row["gflops_per_image"], row["images_per_sec"], run.devices, peak)
     return row
@@ -146,6 +148,7 @@ def infer_rows(run: Run, outcome: Outcome, peak_tflops: float | None = None) -> 
         row["images_per_sec_per_device"] = row["images_per_sec"]
         if result.get("window_step_ms"):  # the ablation's rounds add windows
             row["windows"] = len(result["window_step_ms"])
+        row["step_time_spread"] = step_time_spread(row.get("step_time_ms_p10"), row.get("step_time_ms_p90"))
         if result.get("peak_memory_bytes") is not None:
             row["peak_memory_mb"] = result["peak_memory_bytes"] / 2**20
         row["python"] = outcome.result.get("python")

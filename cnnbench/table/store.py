@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cnnbench.errors import ResultsFileError
-from cnnbench.table.schema import COLUMN_NAMES, SCHEMA_VERSION, columns_of_version, format_cell, parse_cell
+from cnnbench.table.schema import (
+    ADDED_IN,
+    COLUMN_NAMES,
+    SCHEMA_VERSION,
+    columns_of_version,
+    format_cell,
+    parse_cell,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -186,9 +193,18 @@ def read_results(paths: Sequence[Path | str], required: Sequence[str] = COLUMN_N
             frame = pd.read_csv(path, dtype=str, keep_default_na=False)
         except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
             raise ResultsFileError(f"{path}: not a readable CSV ({type(exc).__name__})") from None
-        missing = [c for c in required if c not in frame.columns]
+        later = _added_after(frame)
+        missing = [c for c in required if c not in frame.columns and c not in later]
         if missing:
-            raise ResultsFileError(f"{path}: missing required columns: {', '.join(missing)}")
+            if list(frame.columns) == list(HISTORY_COLUMNS):
+                raise ResultsFileError(f"{path}: a per-epoch history file, not a results file (it is read with "
+                                       f"{results_path_of(path)})")
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            raise ResultsFileError(f"{path}: not a cnnbench results file: missing required columns "
+                                   f"{', '.join(missing[:3])}{more}")
+        for name in later:  # a file of an older row format: the columns added since are empty
+            if name not in frame.columns:
+                frame[name] = ""
         frame["source_file"] = str(path)
         frames.append(frame)
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(required))
@@ -197,6 +213,45 @@ def read_results(paths: Sequence[Path | str], required: Sequence[str] = COLUMN_N
             frame[name] = [parse_cell(name, v) for v in frame[name]]
             frame[name] = pd.Series(frame[name].tolist(), dtype=_dtype(name), index=frame.index)
     return frame
+
+
+def _added_after(frame: pd.DataFrame) -> set[str]:
+    """Columns that versions after the file's own (its schema_version) added."""
+    versions = {int(v) for v in frame.get("schema_version", []) if str(v).isdigit()}
+    if not versions:
+        return set()
+    return {name for version, names in ADDED_IN.items() if version > min(versions) for name in names}
+
+
+def results_path_of(history_csv: Path) -> Path:
+    """Inverse of history_path: ``runs.history.csv`` -> ``runs.csv``."""
+    return history_csv.with_name(history_csv.name.removesuffix(".history.csv") + ".csv")
+
+
+def is_history_file(path: Path) -> bool:
+    """A per-epoch history file, recognised by its header (whatever its name)."""
+    try:
+        with path.open(newline="") as handle:
+            return next(csv.reader(handle), []) == list(HISTORY_COLUMNS)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def split_history_files(paths: Sequence[Path]) -> tuple[list[Path], list[str]]:
+    """(the results files among ``paths``, one line for each history file among them): a shell glob
+    such as ``results/*.csv`` takes in the history files written beside the results files; each is
+    read with its results file (for the accuracy-vs-time curves) or skipped when that is not given."""
+    results = [p for p in map(Path, paths) if not is_history_file(p)]
+    notes = []
+    for path in map(Path, paths):
+        if path in results:
+            continue
+        owner = results_path_of(path)
+        if owner in results:
+            notes.append(f"{path}: per-epoch history of {owner}, read with it")
+        else:
+            notes.append(f"{path}: per-epoch history file, skipped (its results file {owner} is not given)")
+    return results, notes
 
 
 def _dtype(name: str) -> str:
