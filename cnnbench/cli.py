@@ -334,7 +334,7 @@ def parity(
     backend: BackendOpt = None,
 ) -> None:
     """Prove the models are the same in every installed backend (counts, forward, one SGD step)."""
-    from cnnbench.parity.check import format_checks, installed_backends, run_parity
+    from cnnbench.parity.check import format_checks, format_params, installed_backends, run_parity
 
     models = model or list(MODELS)
     for name in models:
@@ -343,10 +343,11 @@ def parity(
     backends = list(_parse_backends(backend) or installed_backends())
     if len(backends) < 2:
         raise UserError(f"parity needs two installed backends, found {', '.join(backends) or 'none'}")
-    checks = run_parity(models, backends)
-    print(format_checks(checks))
-    failed = [c for c in checks if not c.ok]
-    print(f"{len(checks) - len(failed)} of {len(checks)} checks passed")
+    result = run_parity(models, backends)
+    print("parameters:\n" + format_params(result.params) + "\n")
+    print(format_checks(result.checks))
+    failed = result.failed
+    print(f"{len(result.checks) - len(failed)} of {len(result.checks)} checks passed")
     if failed:
         raise typer.Exit(1)
 

@@ -14,7 +14,7 @@ biased one (each framework's own convention); running means are compared.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,10 +53,26 @@ class Check:
     what: str
     value: float
     limit: float
+    integer: bool = False  # a count (parameters, layers): shown as an integer, not as 0.00e+00
 
     @property
     def ok(self) -> bool:
         return self.value <= self.limit
+
+    def shown(self, number: float) -> str:
+        return f"{int(number):,d}" if self.integer else f"{number:.2e}"
+
+
+@dataclass
+class ParityResult:
+    """The checks, and each model's parameter count per participant (label -> count)."""
+
+    checks: list[Check] = field(default_factory=list)
+    params: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:
@@ -68,9 +84,10 @@ def compare(model: str, name_a: str, a: ProbeResult, name_b: str, b: ProbeResult
     pair = f"{name_a} vs {name_b}"
     shapes_a = [(k, v.shape) for k, v in a.weights.items()]
     shapes_b = [(k, v.shape) for k, v in b.weights.items()]
+    differing = sum(x != y for x, y in zip(shapes_a, shapes_b)) + abs(len(shapes_a) - len(shapes_b))
     checks = [
-        Check(model, pair, "params differ", float(a.params != b.params), 0.0),
-        Check(model, pair, "layer shapes differ", float(shapes_a != shapes_b), 0.0),
+        Check(model, pair, "params difference", abs(a.params - b.params), 0, integer=True),
+        Check(model, pair, "layers with other shapes", differing, 0, integer=True),
         Check(model, pair, "forward rel L2", _rel(a.logits, b.logits), FORWARD_TOL),
     ]
     compared = [k for k in a.weights if not k.endswith("running_var") and k in b.weights]
@@ -101,15 +118,17 @@ def participants(backends: list[str]) -> list[tuple[str, str, str]]:
 
 
 def run_parity(models: list[str], backends: list[str], perturb: tuple[str, str] | None = None,
-               seed: int = 0) -> list[Check]:
-    """All checks for the models across the backends; ``perturb=(label, tensor)`` changes one
-    weight that one participant receives (the tests use it to prove a mismatch is caught)."""
-    checks = []
+               seed: int = 0) -> ParityResult:
+    """All checks for the models across the backends, and the parameter counts; ``perturb=(label,
+    tensor)`` changes one weight that one participant receives (the tests use it to prove a mismatch
+    is caught)."""
+    result = ParityResult()
+    checks = result.checks
     for model in models:
         size, channels, classes, batch = PARITY_CONFIGS[model]
         real = REAL_CONFIGS[model]
-        checks.append(Check(model, "layout", "layout params != reference",
-                            float(trainable_count(neutral_layout(*real)) != REFERENCE_PARAMS[real]), 0.0))
+        checks.append(Check(model, "layout", "layout params - reference",
+                            abs(trainable_count(neutral_layout(*real)) - REFERENCE_PARAMS[real]), 0, integer=True))
         start = random_weights(model, size, channels, classes, seed)
         rng = np.random.default_rng(seed + 1)
         x = rng.standard_normal((batch, channels, size, size)).astype(np.float32)
@@ -122,13 +141,29 @@ def run_parity(models: list[str], backends: list[str], perturb: tuple[str, str] 
             run = probe_run(backend, strategy, model, image_size=size, channels=channels,
                             num_classes=classes, global_batch=batch, lr=PARITY_LR)
             found[label] = run_probe(run, weights, x, y, x)
+        result.params[model] = {label: probe.params for label, probe in found.items()}
         for name_a, name_b in itertools.combinations(found, 2):
             checks += compare(model, name_a, found[name_a], name_b, found[name_b], start)
-    return checks
+    return result
+
+
+def format_params(params: dict[str, dict[str, int]]) -> str:
+    """e.g. ``resnet50: 25,557,032 in torch, tensorflow, jax``; participants that differ are grouped
+    by their count. The counts are of the parity configuration (PARITY_CONFIGS)."""
+    lines = []
+    for model, counts in params.items():
+        groups: dict[int, list[str]] = {}
+        for label, count in counts.items():
+            groups.setdefault(count, []).append(label)
+        size, channels, classes, _ = PARITY_CONFIGS[model]
+        found = "; ".join(f"{count:,d} in {', '.join(labels)}" for count, labels in groups.items())
+        lines.append(f"{model}: {found} ({size}x{size}x{channels}, {classes} classes)")
+    return "\n".join(lines)
 
 
 def format_checks(checks: list[Check]) -> str:
     lines = ["| model | backends | check | value | limit | ok |", "|---|---|---|---:|---:|---|"]
     for c in checks:
-        lines.append(f"| {c.model} | {c.pair} | {c.what} | {c.value:.2e} | {c.limit:.0e} | {'yes' if c.ok else 'NO'} |")
+        limit = c.shown(c.limit) if c.integer else f"{c.limit:.0e}"
+        lines.append(f"| {c.model} | {c.pair} | {c.what} | {c.shown(c.value)} | {limit} | {'yes' if c.ok else 'NO'} |")
     return "\n".join(lines)
