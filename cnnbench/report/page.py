@@ -81,8 +81,9 @@ def frame_table(frame: pd.DataFrame) -> str:
 def environment(frame: pd.DataFrame) -> pd.DataFrame:
     """One line per backend and device: versions, device, driver, git sha, Python, host."""
     frame = frame.copy()
-    frame["driver"] = frame["device_driver"] if "device_driver" in frame else pd.NA
-    frame["driver"] = frame["driver"].fillna("not recorded")
+    # rows of GPU runs carry the driver in stack_versions (nvidia-driver=...); older rows do not
+    driver = frame["stack_versions"].fillna("").str.extract(r"nvidia-driver=([^;]+)")[0]
+    frame["driver"] = driver.fillna("not recorded")
     keys = ["backend", "backend_version", "stack_versions", "device_type", "device_name", "driver",
             "git_sha", "python", "host"]
     env = frame[keys].astype(str).replace({"<NA>": "", "nan": "", "None": ""}).drop_duplicates()
@@ -103,9 +104,10 @@ def _infer_summary(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _chart(path: Path, name: str, notes: Sequence[str]) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    caption = "\n".join(notes)
+    caption = "".join(f"\n{note}" for note in notes)  # white-space: pre-line keeps one note a line
     return (f'<figure id="{_esc(name)}"><img alt="{_esc(name)} chart" src="data:image/svg+xml;base64,{data}">'
-            f"<figcaption><b>{_esc(name)}</b>{(chr(10) + _esc(caption)) if caption else ''}</figcaption></figure>")
+            f"<figcaption><b>{_esc(name)}</b>{_esc(caption)}</figcaption></figure>")
+
 
 
 def render(report: Any, frame: pd.DataFrame, sources: Sequence[Path]) -> str:
