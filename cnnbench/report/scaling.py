@@ -45,7 +45,7 @@ METRICS = (
            lambda v: f"{v:.1f}" if v >= 10 else f"{v:.2f}", "error bars: p10-p90 of the timing windows"),
     Metric("first_step", "First-step time (compile + first run)", "first step, s", "first_step_s", "first_min",
            "first_max", lambda v: f"{v:.1f}", "error bars: min-max over trials"),
-    Metric("memory", "Peak memory per device", "peak memory of device 0, MiB (CPU: process RSS)", "memory_mb",
+    Metric("memory", "Peak memory of device 0 (CPU: process RSS)", "peak memory, MiB", "memory_mb",
            None, None, lambda v: f"{v:,.0f}"),
 )
 

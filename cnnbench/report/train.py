@@ -141,11 +141,9 @@ def not_ok_rows(paths: list[Path], model: str | None, dataset: str | None,
                 device_type: str | None) -> pd.DataFrame:
     """Skipped and failed rows (after the same filters): the charts say what they leave out."""
     frame = store.read_results(paths)
-    frame = frame[frame["status"] != "ok"]
-    for column, value in (("model", model), ("dataset", dataset), ("device_type", device_type)):
-        if value is not None:
-            frame = frame[frame[column] == value]
-    return frame
+    wanted = {c: v for c, v in (("model", model), ("dataset", dataset), ("device_type", device_type)) if v}
+    keep = (frame[list(wanted)] == pd.Series(wanted)).all(axis=1) if wanted else True
+    return frame[(frame["status"] != "ok") & keep]
 
 
 def _remove_stale_charts(report: Report) -> None:
@@ -160,7 +158,7 @@ def _remove_stale_charts(report: Report) -> None:
 
 
 def _accuracy_chart(report: Report, paths: list[Path], frame: pd.DataFrame) -> None:
-    """Test accuracy against training wall time, one panel per model, from the history files."""
+    """Test accuracy against training wall time, one panel per model (and scaling mode), from the history files."""
     from cnnbench.report import figure
     from cnnbench.report.style import DEVICE_LINESTYLES, series_rank, series_style
 
@@ -169,27 +167,29 @@ def _accuracy_chart(report: Report, paths: list[Path], frame: pd.DataFrame) -> N
         history = store.read_history(Path(path))
         if history.empty:
             continue
-        merged = history.merge(frame[["run_id", "label", "devices", "model", "backend", "strategy", "compile"]],
-                               on="run_id")
-        for (label, devices, model_name), part in merged.groupby(["label", "devices", "model"]):
+        merged = history.merge(frame[["run_id", "label", "devices", "model", "scaling", "backend", "strategy",
+                                      "compile"]], on="run_id")
+        for (label, devices, model_name, scaling), part in merged.groupby(["label", "devices", "model", "scaling"]):
             # trials: the median accuracy at each epoch, plotted against the median wall time
             curve = part.groupby("epoch").agg(wall_s=("wall_s", "median"), acc=("test_accuracy", "median"))
-            curves[(model_name, f"{label} x{devices}")] = (curve, part.iloc[0], devices)
-    report.tables["accuracy_time"] = {label: curve for (_, label), (curve, _, _) in curves.items()}
+            curves[(model_name, scaling, f"{label} x{devices}")] = (curve, part.iloc[0], devices)
+    report.tables["accuracy_time"] = {key[2] if len({k[1] for k in curves}) == 1 else f"{key[2]} {key[1]}": curve
+                                      for key, (curve, _, _) in curves.items()}
     if not curves:
         report.not_drawn["accuracy_time"] = "no per-epoch history file next to these CSVs"
         return
-    models = sorted({m for m, _ in curves})
+    several = len({k[1] for k in curves}) > 1
+    panels = sorted({k[:2] for k in curves})
     counts = sorted({n for _, _, n in curves.values()})
-    fig, axes = figure.panels(models)
-    for ax, model_name in zip(axes, models):
-        for (m, label), (curve, row, devices) in sorted(
-                curves.items(), key=lambda kv: (series_rank(kv[1][1]["backend"], kv[1][1]["strategy"]), kv[0])):
-            if m != model_name:
+    fig, axes = figure.panels([f"{m} · {s} scaling" if several else m for m, s in panels], size=(6.0, 4.2))
+    order = sorted(curves.items(), key=lambda kv: (series_rank(kv[1][1]["backend"], kv[1][1]["strategy"]), kv[0]))
+    for ax, panel in zip(axes, panels):
+        for key, (curve, row, devices) in order:
+            if key[:2] != panel:
                 continue
             # colour: framework and strategy; line style: the device count
             style = series_style(row["backend"], row["strategy"], bool(row["compile"]))
-            ax.plot(curve["wall_s"], curve["acc"], label=label,
+            ax.plot(curve["wall_s"], curve["acc"], label=key[2],
                     **{**style.line_kwargs(), "marker": ".", "ls": DEVICE_LINESTYLES[counts.index(devices) % 4]})
         ax.set_xlabel("training wall time, s")
         ax.set_ylabel("test accuracy")
