@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PROFILE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 STAMP := $(VENV)/.installed-$(PROFILE)
 
-.PHONY: run test lint install clean
+.PHONY: run test lint install clean browser
 
 install: $(STAMP)
 
@@ -21,9 +21,16 @@ $(STAMP): pyproject.toml constraints/$(PROFILE).txt
 run: $(STAMP)
 	$(BIN)/cnnbench run
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# the report page test renders index.html in headless Chromium (Debian's chromium package)
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
+	  else sudo -n apt-get update -qq && sudo -n apt-get install -y -qq chromium; fi; } \
+	  || echo "make: could not install chromium; tests/test_report_page.py needs it" >&2
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

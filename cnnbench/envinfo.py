@@ -53,8 +53,23 @@ def backend_version(backend: str, strategy: str | None = None) -> str | None:
     return None
 
 
-def stack_versions(backend: str, strategy: str | None = None) -> str:
-    return ";".join(f"{k}={v}" for k, v in sorted(backend_versions(backend, strategy).items()))
+def stack_versions(backend: str, strategy: str | None = None, gpu: bool = False) -> str:
+    """``name=version;...`` of the backend's packages; on a GPU run also ``nvidia-driver=...``."""
+    text = ";".join(f"{k}={v}" for k, v in sorted(backend_versions(backend, strategy).items()))
+    driver = gpu_driver() if gpu else None
+    return f"{text};nvidia-driver={driver}" if driver else text
+
+
+@functools.cache
+def gpu_driver() -> str | None:
+    """The NVIDIA driver version (nvidia-smi), None where there is none; asked once per process."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.split()
+    return lines[0] if done.returncode == 0 and lines else None
 
 
 @functools.cache

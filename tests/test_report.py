@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
+import report_rows
 from conftest import run_cli
 
 from cnnbench.errors import ResultsFileError
@@ -55,14 +58,14 @@ def test_charts_plot_the_aggregated_values(tmp_path):
     ax = report.figures["throughput"].axes[0]
     x, y = _line(ax, "torch/ddp")
     assert list(x) == [1, 2, 4] and list(y) == [1000, 1800, 3000]  # medians over trials, failed row ignored
-    assert EMULATED_NOTE in ax.get_title()
+    assert EMULATED_NOTE in report.figures["throughput"].get_suptitle()
     ax = report.figures["efficiency"].axes[0]
     x, y = _line(ax, "torch/ddp")
     np.testing.assert_allclose(y, [1.0, 1800 / 2000, 3000 / 4000])
     _, y = _line(ax, "jax/sharded")
     np.testing.assert_allclose(y, [1.0, 1700 / 1800])
-    bars = report.figures["first_step"].axes[0].patches
-    assert sorted(round(b.get_height(), 6) for b in bars) == [0.5, 3.0]  # jax: median of 2, 3, 4
+    _, y = _line(report.figures["first_step"].axes[0], "jax/sharded")
+    assert list(y) == [3.0, 3.0]  # jax: median of 2, 3, 4 at each device count
     x, y = _line(report.figures["accuracy_time"].axes[0], "jax/sharded")
     assert list(x) == [1.0, 2.0, 3.0] and list(y) == pytest.approx([0.6, 0.7, 0.8])
     _, y = _line(report.figures["memory"].axes[0], "torch/ddp")
@@ -83,3 +86,119 @@ def test_filters_and_errors(tmp_path):
     assert done.stderr.strip().count("\n") == 0
     done = run_cli("report", csv, "--out", tmp_path / "o3", "--device-type", "gpu")
     assert done.returncode == 2 and "no rows match" in done.stderr
+
+
+def _texts(ax):
+    return [t.get_text() for t in ax.texts]
+
+
+def _legend_labels(fig):
+    return [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+
+
+def test_one_device_count_draws_bars_per_model_with_the_spread_and_the_values(tmp_path):
+    csv = tmp_path / "one.csv"
+    report_rows.single_device_models(csv)
+    report = build_report([csv], tmp_path / "out")
+    fig = report.figures["throughput"]
+    assert [ax.get_title() for ax in fig.axes] == ["resnet18_cifar", "resnet50"]  # models never share an axis
+    r50 = fig.axes[1]
+    heights = [round(p.get_height()) for p in r50.patches]
+    assert heights == [4600, 6500, 7100]  # torch eager, torch compiled, jax: one bar each, frameworks in order
+    assert ["4,600", "6,500", "7,100"] == _texts(r50)
+    # error bars: images/s at the windows' p90 and p10 step times (p10 = 0.9 x, p90 = 1.2 x the median)
+    segments = [c.lines[2][0].get_segments()[0] for c in r50.containers if hasattr(c, "has_yerr") and c.has_yerr]
+    np.testing.assert_allclose([s[:, 1] for s in segments][0], [4600 / 1.2, 4600 / 0.9], rtol=1e-6)
+    # one colour family per framework, the same in every chart
+    colours = {label: p.get_facecolor() for p, label in zip(r50.patches, ["t", "tc", "j"])}
+    assert colours["t"][:3] == colours["tc"][:3] and colours["t"] != colours["j"]
+    step = report.figures["step_time"].axes[1]
+    assert step.patches[0].get_facecolor() == r50.patches[0].get_facecolor()
+    # the legend is outside every panel
+    (legend,) = fig.legends
+    fig.canvas.draw()
+    right_edge = max(ax.get_window_extent().x1 for ax in fig.axes)
+    assert legend.get_window_extent().x0 >= right_edge
+
+
+def test_titles_promise_only_what_is_drawn(tmp_path):
+    """#26.7: one device count draws no ideal-linear line, so neither title nor legend may mention one."""
+    csv = tmp_path / "one.csv"
+    report_rows.single_device_models(csv)
+    report = build_report([csv], tmp_path / "out")
+    fig = report.figures["throughput"]
+    words = " ".join([fig.get_suptitle(), *(ax.get_title() for ax in fig.axes), *_legend_labels(fig)]).lower()
+    assert "ideal" not in words and "dotted" not in words
+    assert "efficiency" not in report.files and "one device count" in report.not_drawn["efficiency"]
+
+    csv = tmp_path / "sweep.csv"
+    report_rows.scaling_sweep(csv)
+    report = build_report([csv], tmp_path / "out2")
+    fig = report.figures["throughput"]
+    assert [ax.get_title() for ax in fig.axes] == ["smallcnn · strong scaling", "smallcnn · weak scaling"]
+    assert any("ideal linear" in label for label in _legend_labels(fig))
+    weak = fig.axes[1]
+    ideal = [ln for ln in weak.get_lines() if ln.get_label() == "_ideal"]
+    x, y = _line(weak, "torch/ddp")
+    assert len(ideal) == 2 and list(ideal[0].get_xdata()) == [1, 2, 4]
+    np.testing.assert_allclose(ideal[0].get_ydata(), [y[0] * n for n in (1, 2, 4)])
+
+
+def test_the_ablation_is_signed_one_way_everywhere_and_marks_skipped_toggles(tmp_path):
+    """#26.5: negative = faster in the chart, its axis label and ablation.md; #26.7: skipped toggles shown."""
+    csv = tmp_path / "infer.csv"
+    report_rows.inference(csv)
+    report = build_report([csv], tmp_path / "out")
+    ax = report.figures["ablation"].axes[0]
+    assert "negative = faster" in ax.get_ylabel()
+    toggles = [t.get_text() for t in ax.get_xticklabels()]
+    assert toggles == ["compile", "bf16", "pad"]
+    # bars in order: compile (torch, jax), bf16 (torch, jax), pad (torch, jax); baseline 10 ms
+    heights = [round(p.get_height(), 6) for p in ax.patches]
+    assert heights == [-4.0, 0.0, -2.0, -2.0, 2.0, 2.0]
+    texts = _texts(ax)
+    assert "skipped" in texts and "-4.00\n1.67x" in texts and "+2.00\n0.83x" in texts
+    assert any("jax compile: skipped: jax always jits" in n for n in report.notes["ablation"])
+    table = (tmp_path / "out" / "ablation.md").read_text()
+    assert "negative = faster" in table
+    assert "| resnet50 | torch | 50 | bf16 | 8.000 | -2.000 | 1.25x |" in table
+    assert "| resnet50 | torch | 50 | pad | 12.000 | +2.000 | 0.83x |" in table
+    assert "jax compile (resnet50): skipped: jax always jits" in table
+
+
+def test_the_readme_ablation_table_uses_the_same_sign(tmp_path):
+    """#26.5: in the README's ablation table a speed-up above 1 is a negative change, below 1 a positive one."""
+    readme = (report_rows.REPO / "README.md").read_text()
+    cells = re.findall(r"([+-]\d+\.\d+) ms \((\d+\.\d+)x\)", readme)
+    assert len(cells) >= 10
+    for change, speedup in cells:
+        assert (float(change) < 0) == (float(speedup) > 1), (change, speedup)
+    assert "negative = faster" in readme
+
+
+def test_inference_bars_at_one_batch_size_log2_axes_at_several(tmp_path):
+    csv = tmp_path / "one.csv"
+    report_rows.inference(csv, batches=(64,))
+    ax = build_report([csv], tmp_path / "o1").figures["infer_throughput"].axes[0]
+    assert ax.get_xscale() == "linear" and len(ax.patches) == 2
+    csv = tmp_path / "many.csv"
+    report_rows.inference(csv)
+    report = build_report([csv], tmp_path / "o2")
+    ax = report.figures["infer_throughput"].axes[0]
+    assert ax.get_xscale() == "log" and [t.get_text() for t in ax.get_xticklabels()] == ["1", "8", "64"]
+    x, y = _line(ax, "torch bf16")
+    np.testing.assert_allclose(y, [b / (2.0 + 0.5 * b) * 1000 for b in (1, 8, 64)], rtol=1e-5)
+
+
+def test_serving_latency_marks_saturation_and_tells_the_modes_apart(tmp_path):
+    csv = tmp_path / "serve.csv"
+    report_rows.inference(csv)
+    report = build_report([csv], tmp_path / "out")
+    p50 = report.figures["serve_latency"].axes[0]
+    lines = {ln.get_label(): ln for ln in p50.get_lines()}
+    assert {"torch dynamic (in-process)", "torch batch1 (in-process)", "torch dynamic (HTTP)",
+            "torch batch1 (HTTP)"} <= set(lines)
+    assert lines["torch dynamic (in-process)"].get_linestyle() != lines["torch dynamic (HTTP)"].get_linestyle()
+    marks = sorted(float(c.get_offsets()[0][0]) for c in p50.collections)
+    assert marks == [1000.0, 1000.0, 3000.0, 3000.0]  # batch1 falls over at 1,000 req/s, dynamic at 3,000
+    assert any(label.startswith("saturated") for label in _legend_labels(report.figures["serve_latency"]))

@@ -1,11 +1,13 @@
-"""Charts and tables of `cnnbench infer` rows (mode infer and serve); called by report.build_report.
+"""Charts and tables of `cnnbench infer` rows (modes infer, serve, serve-http); called by build_report.
 
-- ``infer_throughput`` / ``infer_latency``: the batch-size sweep (images/s; latency p50 with the
-  p90-p99 range), one line per backend and precision;
-- ``ablation``: milliseconds per batch gained (+) or lost (-) by each toggle against the baseline,
-  one group of bars per backend, and ``ablation.md`` with the same numbers;
-- ``serve_latency`` / ``serve_throughput``: latency p50 and p99, and achieved vs offered load, for
-  dynamic batching and batch = 1.
+- ``infer_throughput`` / ``infer_latency``: the batch-size sweep, one panel per model; lines on log2
+  axes when several batch sizes were run, bars otherwise (latency: p50, up to p99);
+- ``ablation``: signed bars per toggle and framework, the change in milliseconds per batch against the
+  baseline (negative = faster, the convention of the README's table and of ``ablation.md``); toggles
+  a framework skipped or failed keep their slot, marked, with the reason under the chart;
+- ``serve_latency`` / ``serve_throughput``: p50 and p99 latency, and achieved load, against offered
+  load, the saturation point marked; in-process (``serve``) and HTTP (``serve-http``) serving drawn
+  in one chart, told apart by line style.
 Trials of one configuration are aggregated by their median.
 """
 
@@ -14,15 +16,28 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-LABEL = ["backend", "precision"]
+from cnnbench.report import figure
+from cnnbench.report.bars import Bar, draw_bars
+from cnnbench.report.style import IDEAL_STYLE, MODE_LINESTYLE, MODE_NAMES, framework_rank, series_style
+
+CHARTS = ("infer_throughput", "infer_latency", "ablation", "serve_latency", "serve_throughput")
+SERVE_MODES = ("serve", "serve-http")
+SATURATED = 0.9  # a load is not served once less than this share of the offered requests/s completes
+DELTA_LABEL = "change in ms per batch vs baseline (negative = faster)"
 
 
 def _label(frame: pd.DataFrame) -> pd.Series:
     return frame["backend"] + " " + frame["precision"] + np.where(frame["compile"], " +compile", "")
 
 
+def _toggle_order() -> dict[str, int]:
+    from cnnbench.spec import INFER_TOGGLES
+
+    return {name: i for i, name in enumerate(("baseline", *INFER_TOGGLES, "all"))}
+
+
 def ablation_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per backend and toggle: batch ms, and ms gained against the baseline (positive = faster)."""
+    """Per backend and toggle: batch ms, its change against the baseline (negative = faster), speed-up."""
     rows = frame[(frame["mode"] == "infer") & (frame["variant"] != "sweep")]
     med = rows.groupby(["model", "backend", "variant", "global_batch"], dropna=False).agg(
         batch_ms=("step_time_ms_median", "median"), p99_ms=("latency_ms_p99", "median")).reset_index()
@@ -34,11 +49,9 @@ def ablation_table(frame: pd.DataFrame) -> pd.DataFrame:
         base_ms = float(base["batch_ms"].iloc[0])
         for r in part.itertuples():
             out.append({"model": model, "backend": backend, "batch": batch, "variant": r.variant,
-                        "batch_ms": r.batch_ms, "gain_ms": base_ms - r.batch_ms,
+                        "batch_ms": r.batch_ms, "delta_ms": r.batch_ms - base_ms,
                         "speedup": base_ms / r.batch_ms})
-    from cnnbench.spec import INFER_TOGGLES
-
-    order = {name: i for i, name in enumerate(("baseline", *INFER_TOGGLES, "all"))}
+    order = _toggle_order()
     table = pd.DataFrame(out)
     if table.empty:
         return table
@@ -46,84 +59,215 @@ def ablation_table(frame: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values(["model", "backend", "batch", "order"]).drop(columns="order").reset_index(drop=True)
 
 
-def ablation_markdown(table: pd.DataFrame) -> str:
-    lines = ["| model | backend | batch | variant | ms per batch | gained ms | speed-up |",
+def ablation_gaps(not_ok: pd.DataFrame) -> pd.DataFrame:
+    """Toggles a backend skipped or failed: model, backend, variant, status, reason (one row each)."""
+    if not_ok.empty:
+        return pd.DataFrame(columns=["model", "backend", "variant", "status", "error"])
+    rows = not_ok[(not_ok["mode"] == "infer") & ~not_ok["variant"].isin(["sweep", None])]
+    return rows[["model", "backend", "variant", "status", "error"]].drop_duplicates(["model", "backend", "variant"])
+
+
+def ablation_markdown(table: pd.DataFrame, gaps: pd.DataFrame | None = None) -> str:
+    lines = ["Change against the baseline in ms per batch: negative = faster (speed-up = baseline ms / ms).", "",
+             "| model | backend | batch | variant | ms per batch | change ms | speed-up |",
              "|---|---|---:|---|---:|---:|---:|"]
     for r in table.itertuples():
         lines.append(f"| {r.model} | {r.backend} | {r.batch} | {r.variant} | {r.batch_ms:.3f} | "
-                     f"{r.gain_ms:+.3f} | {r.speedup:.2f}x |")
+                     f"{r.delta_ms:+.3f} | {r.speedup:.2f}x |")
+    if gaps is not None and not gaps.empty:
+        lines += ["", "Not measured:", ""]
+        lines += [f"- {g.backend} {g.variant} ({g.model}): {g.status}: {g.error}" for g in gaps.itertuples()]
     return "\n".join(lines) + "\n"
 
 
-def draw(frame: pd.DataFrame, report, finish) -> None:
-    """Add the inference charts to ``report``; ``finish(report, fig, name, title, ylabel, frame)``."""
-    import matplotlib.pyplot as plt
-
+def draw(frame: pd.DataFrame, report, not_ok: pd.DataFrame | None = None) -> None:
+    """Add the inference charts (and ablation.md) to ``report``; ``not_ok``: skipped/failed rows."""
     frame = frame.copy()
     frame["infer_label"] = _label(frame)
     sweep = frame[(frame["mode"] == "infer") & (frame["variant"] == "sweep")]
     if not sweep.empty:
-        agg = sweep.groupby(["infer_label", "model", "global_batch"]).agg(
-            ips=("images_per_sec", "median"), p50=("latency_ms_p50", "median"),
-            p90=("latency_ms_p90", "median"), p99=("latency_ms_p99", "median")).reset_index()
-        report.tables["infer_sweep"] = agg
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for (label, model), part in agg.groupby(["infer_label", "model"]):
-            ax.plot(part["global_batch"], part["ips"], marker="o", label=f"{label} {model}")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("batch size")
-        finish(report, fig, "infer_throughput", "Inference throughput vs batch size (host input copied each batch)",
-               "images / s", sweep)
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for (label, model), part in agg.groupby(["infer_label", "model"]):
-            ax.errorbar(part["global_batch"], part["p50"], yerr=[part["p50"] * 0, part["p99"] - part["p50"]],
-                        marker="o", capsize=3, label=f"{label} {model}")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("batch size")
-        finish(report, fig, "infer_latency", "Batch latency, host to host (p50, bar to p99)", "latency, ms", sweep)
-
+        _draw_sweep(report, sweep)
     table = ablation_table(frame)
     if not table.empty:
+        gaps = ablation_gaps(not_ok if not_ok is not None else frame.iloc[0:0])
         report.tables["ablation"] = table
-        from cnnbench.spec import INFER_TOGGLES
-
-        order = {name: i for i, name in enumerate((*INFER_TOGGLES, "all"))}
-        toggles = sorted((v for v in table["variant"].unique() if v != "baseline"), key=lambda v: order.get(v, 99))
-        backends = list(table["backend"].unique())
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        width = 0.8 / max(len(backends), 1)
-        for i, backend in enumerate(backends):
-            part = table[table["backend"] == backend].set_index("variant")
-            gains = [part["gain_ms"].get(t, np.nan) for t in toggles]
-            ax.bar(np.arange(len(toggles)) + i * width, gains, width, label=backend)
-        ax.set_xticks(np.arange(len(toggles)) + width * (len(backends) - 1) / 2, toggles)
-        ax.axhline(0, color="grey", lw=1)
-        finish(report, fig, "ablation", "Each toggle against the baseline (+: ms per batch saved)",
-               "ms per batch gained vs baseline", frame[frame["mode"] == "infer"])
-        (report.out_dir / "ablation.md").write_text(ablation_markdown(table))
+        _draw_ablation(report, table, gaps, frame[frame["mode"] == "infer"])
+        (report.out_dir / "ablation.md").write_text(ablation_markdown(table, gaps))
         report.files["ablation_table"] = [report.out_dir / "ablation.md"]
-
-    serve = frame[frame["mode"] == "serve"]
+    serve = frame[frame["mode"].isin(SERVE_MODES)]
     if not serve.empty:
-        agg = serve.groupby(["backend", "variant", "arrival_rate_rps"]).agg(
-            achieved=("images_per_sec", "median"), p50=("latency_ms_p50", "median"),
-            p99=("latency_ms_p99", "median"), mean_batch=("mean_batch", "median")).reset_index()
-        report.tables["serve"] = agg
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for (backend, variant), part in agg.groupby(["backend", "variant"]):
-            line = ax.plot(part["arrival_rate_rps"], part["p50"], marker="o", label=f"{backend} {variant} p50")
-            ax.plot(part["arrival_rate_rps"], part["p99"], marker="x", ls="--", color=line[0].get_color(),
-                    label=f"{backend} {variant} p99")
-        ax.set_yscale("log")
-        ax.set_xlabel("offered load, requests / s (Poisson)")
-        finish(report, fig, "serve_latency", "Request latency under load: dynamic batching vs batch = 1",
-               "latency from arrival, ms", serve)
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for (backend, variant), part in agg.groupby(["backend", "variant"]):
-            ax.plot(part["arrival_rate_rps"], part["achieved"], marker="o", label=f"{backend} {variant}")
+        _draw_serve(report, serve)
+
+
+def _sweep_series(agg: pd.DataFrame):
+    keys = sorted(agg.groupby(["infer_label", "backend", "precision", "compile"]).groups,
+                  key=lambda k: (framework_rank(k[1]), k[0]))
+    for label, backend, precision, compiled in keys:
+        part = agg[agg["infer_label"] == label].sort_values("global_batch")
+        yield label, part, series_style(backend, precision, bool(compiled))
+
+
+def _draw_sweep(report, sweep: pd.DataFrame) -> None:
+    agg = sweep.groupby(["infer_label", "backend", "precision", "compile", "model", "global_batch"]).agg(
+        ips=("images_per_sec", "median"), step_p10=("step_time_ms_p10", "median"),
+        step_p90=("step_time_ms_p90", "median"), p50=("latency_ms_p50", "median"),
+        p90=("latency_ms_p90", "median"), p99=("latency_ms_p99", "median")).reset_index()
+    agg["ips_lo"] = agg["global_batch"] * 1000.0 / agg["step_p90"]
+    agg["ips_hi"] = agg["global_batch"] * 1000.0 / agg["step_p10"]
+    report.tables["infer_sweep"] = agg
+    models = sorted(agg["model"].unique())
+    several = agg.groupby("model")["global_batch"].nunique().max() > 1
+    for name, title in (("infer_throughput", "Inference throughput (host input copied each batch)"),
+                        ("infer_latency", "Batch latency, host to host")):
+        fig, axes = figure.panels(models)
+        for ax, model in zip(axes, models):
+            part = agg[agg["model"] == model]
+            if part["global_batch"].nunique() > 1:
+                _sweep_lines(ax, part, name)
+            else:
+                _sweep_bars(ax, part, name)
+        if name == "infer_latency":
+            title += ": p50, shaded up to p99" if several else ": p50 bars, whiskers up to p99"
+        else:
+            title += "" if several else " (error bars: p10-p90 of the timing windows)"
+        figure.finish(report, fig, name, title, sweep)
+
+
+def _sweep_lines(ax, part: pd.DataFrame, name: str) -> None:
+    for label, series, style in _sweep_series(part):
+        x = series["global_batch"].to_numpy(dtype=float)
+        if name == "infer_throughput":
+            ax.plot(x, series["ips"], label=label, **style.line_kwargs())
+        else:
+            ax.plot(x, series["p50"], label=f"{label} p50", **style.line_kwargs())
+            ax.fill_between(x, series["p50"], series["p99"], color=style.color, alpha=0.15,
+                            label=f"{label} p50-p99")
+    ax.set_yscale("log")
+    figure.log2_axis(ax, part["global_batch"], "batch size")
+    ax.set_ylabel("images / s" if name == "infer_throughput" else "latency, ms")
+
+
+def _sweep_bars(ax, part: pd.DataFrame, name: str) -> None:
+    bars = []
+    for label, series, style in _sweep_series(part):
+        row = series.iloc[0]
+        if name == "infer_throughput":
+            bars.append(Bar(row["backend"], label, float(row["ips"]), style, row["ips_lo"], row["ips_hi"], tick=label))
+        else:
+            bars.append(Bar(row["backend"], label, float(row["p50"]), style, row["p50"], row["p99"], tick=label,
+                            text=f"{row['p50']:.1f} / {row['p99']:.1f}"))
+    draw_bars(ax, bars, lambda v: f"{v:,.0f}")
+    ax.set_xlabel(f"batch {int(part['global_batch'].iloc[0])}")
+    ax.set_ylabel("images / s" if name == "infer_throughput" else "latency, ms (p50 / p99 printed)")
+
+
+def _draw_ablation(report, table: pd.DataFrame, gaps: pd.DataFrame, frame: pd.DataFrame) -> None:
+    order = _toggle_order()
+    panels = list(table.groupby(["model", "batch"]).groups)
+    fig, axes = figure.panels([f"{model} · batch {batch}" for model, batch in panels], ncols=1, size=(9.0, 4.2))
+    notes = []
+    for ax, (model, batch) in zip(axes, panels):
+        part = table[(table["model"] == model) & (table["batch"] == batch)]
+        missing = gaps[gaps["model"] == model]
+        backends = sorted(part["backend"].unique(), key=framework_rank)
+        toggles = sorted({*part["variant"], *missing["variant"]} - {"baseline"}, key=lambda v: order.get(v, 99))
+        bars = []
+        for toggle in toggles:
+            for backend in backends:
+                style = series_style(backend)
+                got = part[(part["backend"] == backend) & (part["variant"] == toggle)]
+                gap = missing[(missing["backend"] == backend) & (missing["variant"] == toggle)]
+                if not got.empty:
+                    r = got.iloc[0]
+                    bars.append(Bar(toggle, backend, float(r["delta_ms"]), style,
+                                    text=f"{r['delta_ms']:+.2f}\n{r['speedup']:.2f}x"))
+                else:
+                    mark = gap["status"].iloc[0] if not gap.empty else "not run"
+                    bars.append(Bar(toggle, backend, float("nan"), style, mark=mark))
+                    reason = f": {gap['error'].iloc[0]}" if not gap.empty and pd.notna(gap["error"].iloc[0]) else ""
+                    note = f"{backend} {toggle}: {mark}{reason}"
+                    if note not in notes:
+                        notes.append(note)
+        draw_bars(ax, bars, lambda v: f"{v:+.2f}", rotate=False)
+        ax.axhline(0, color="#333333", lw=0.8)
+        ax.set_ylabel("Δ ms per batch vs baseline\n(negative = faster)")
+        baselines = part[part["variant"] == "baseline"].set_index("backend")["batch_ms"]
+        base = ", ".join(f"{b} {baselines[b]:.2f} ms" for b in backends if b in baselines)
+        ax.set_xlabel(f"toggle (baseline: {base}); printed: change in ms, speed-up")
+    if notes:
+        notes.insert(0, "Not measured (empty slots):")
+    figure.finish(report, fig, "ablation", "Inference ablation: each toggle alone, and all together, against the "
+                  "baseline", frame, notes)
+
+
+def saturation_rate(part: pd.DataFrame) -> float | None:
+    """The lowest offered load at which under SATURATED of it was served; None if every load was."""
+    over = part[part["achieved"] < SATURATED * part["arrival_rate_rps"]]
+    return float(over["arrival_rate_rps"].min()) if not over.empty else None
+
+
+def _serve_series(agg: pd.DataFrame):
+    several_modes = agg["mode"].nunique() > 1
+    keys = sorted(agg.groupby(["model", "mode", "backend", "variant"]).groups,
+                  key=lambda k: (k[0], framework_rank(k[2]), k[1], k[3]))
+    for model, mode, backend, variant in keys:
+        part = agg[(agg["model"] == model) & (agg["mode"] == mode) & (agg["backend"] == backend)
+                   & (agg["variant"] == variant)].sort_values("arrival_rate_rps")
+        label = f"{backend} {variant}" + (f" ({MODE_NAMES.get(mode, mode)})" if several_modes else "")
+        style = series_style(backend, variant)
+        kwargs = {**style.line_kwargs(), "ls": MODE_LINESTYLE.get(mode, "-.")}
+        yield model, label, part, kwargs
+
+
+def _mark_saturation(ax, part: pd.DataFrame, column: str, color: str, first: bool) -> bool:
+    rate = saturation_rate(part)
+    if rate is None:
+        return first
+    y = float(part.loc[part["arrival_rate_rps"] == rate, column].iloc[0])
+    figure.reference(ax.scatter([rate], [y], s=160, facecolors="none", edgecolors=color, linewidths=2, zorder=5,
+               label=f"saturated: first load with < {SATURATED:.0%} served" if first else "_saturated"))
+    return False
+
+
+def _load_axis(ax, agg: pd.DataFrame) -> None:
+    rates = agg["arrival_rate_rps"]
+    if rates.max() >= 10 * rates.min() > 0:
+        ax.set_xscale("log")
+    ax.set_xlabel("offered load, requests / s (Poisson)")
+
+
+def _draw_serve(report, serve: pd.DataFrame) -> None:
+    agg = serve.groupby(["model", "mode", "backend", "variant", "arrival_rate_rps"]).agg(
+        achieved=("images_per_sec", "median"), p50=("latency_ms_p50", "median"),
+        p99=("latency_ms_p99", "median"), mean_batch=("mean_batch", "median")).reset_index()
+    report.tables["serve"] = agg
+    models = sorted(agg["model"].unique())
+    fig, axes = figure.panels([f"{m} · {p}" for m in models for p in ("p50", "p99")])
+    first = True
+    for i, model in enumerate(models):
+        for ax, column in zip(axes[2 * i:2 * i + 2], ("p50", "p99")):
+            for m, label, part, kwargs in _serve_series(agg):
+                if m != model:
+                    continue
+                ax.plot(part["arrival_rate_rps"], part[column], label=label, **kwargs)
+                first = _mark_saturation(ax, part, column, kwargs["color"], first)
+            ax.set_yscale("log")
+            _load_axis(ax, agg)
+            ax.set_ylabel(f"latency from arrival, ms ({column})")
+    figure.finish(report, fig, "serve_latency", "Request latency against offered load", serve)
+
+    fig, axes = figure.panels(models)
+    first = True
+    for ax, model in zip(axes, models):
+        for m, label, part, kwargs in _serve_series(agg):
+            if m == model:
+                ax.plot(part["arrival_rate_rps"], part["achieved"], label=label, **kwargs)
+                first = _mark_saturation(ax, part, "achieved", kwargs["color"], first)
         top = float(agg["arrival_rate_rps"].max())
-        ax.plot([0, top], [0, top], ls=":", color="grey", lw=1)
-        ax.set_xlabel("offered load, requests / s (Poisson)")
-        finish(report, fig, "serve_throughput", "Achieved vs offered load (dotted: all served)",
-               "completed requests / s", serve)
+        low = float(agg["arrival_rate_rps"].min())
+        figure.reference(ax.plot([low, top], [low, top], label="all offered load served", **IDEAL_STYLE))
+        _load_axis(ax, agg)
+        if ax.get_xscale() == "log":
+            ax.set_yscale("log")
+        ax.set_ylabel("completed requests / s")
+    figure.finish(report, fig, "serve_throughput", "Achieved against offered load", serve)

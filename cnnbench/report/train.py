@@ -17,12 +17,13 @@ import numpy as np
 import pandas as pd
 
 from cnnbench.errors import ResultsFileError
+from cnnbench.report.figure import EMULATED_NOTE  # noqa: F401 - re-exported for callers
 from cnnbench.table import store
 from cnnbench.table.spread import DEFAULT_SPREAD_LIMIT, noisy_markdown, noisy_rows
 
-EMULATED_NOTE = "emulated CPU devices: the parallel code path, not hardware scaling"
-GROUP = ["spec_name", "spec_hash", "model", "dataset", "backend", "strategy", "scaling", "precision",
-         "compile", "device_family"]
+INFER_MODES = ("infer", "serve", "serve-http")
+GROUP = ["spec_name", "spec_hash", "model", "dataset", "backend", "strategy", "microbatches", "scaling",
+         "precision", "compile", "device_family"]
 CHARTS = ("throughput", "efficiency", "first_step", "step_time", "accuracy_time", "memory")
 
 
@@ -47,6 +48,9 @@ def load(paths: list[Path], model: str | None = None, dataset: str | None = None
 def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration and device count: medians over trials, with min and max."""
     keys = [*GROUP, "label", "devices", "per_device_batch", "global_batch", "device_type"]
+    # pipeline runs that differ only in their micro-batches are different configurations
+    micro = frame["microbatches"].astype("Int64").astype(str)
+    frame = frame.assign(label=frame["label"].where(frame["microbatches"].isna(), frame["label"] + " x" + micro + "mb"))
     agg = frame.groupby(keys, dropna=False).agg(
         ips=("images_per_sec", "median"), ips_min=("images_per_sec", "min"), ips_max=("images_per_sec", "max"),
         step_ms=("step_time_ms_median", "median"), p10=("step_time_ms_p10", "median"),
@@ -55,6 +59,9 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
         memory_mb=("peak_memory_mb", "median"), accuracy=("test_accuracy", "median"),
         tta_s=("time_to_accuracy_s", "median"), trials=("run_id", "count"),
     ).reset_index()
+    # throughput at the windows' p90 and p10 step times: the spread drawn as error bars
+    agg["ips_p10"] = agg["global_batch"] * 1000.0 / agg["p90"]
+    agg["ips_p90"] = agg["global_batch"] * 1000.0 / agg["p10"]
     return agg.sort_values([*GROUP, "devices"]).reset_index(drop=True)
 
 
@@ -64,8 +71,8 @@ def efficiency(agg: pd.DataFrame) -> pd.DataFrame:
     base_keys = [*GROUP, "per_device_batch"]
     for _, row in agg.iterrows():
         same = agg
-        for key in GROUP:
-            same = same[same[key] == row[key]]
+        for key in GROUP:  # NA-safe: a missing value (no micro-batches) matches a missing value
+            same = same[same[key].isna()] if pd.isna(row[key]) else same[same[key] == row[key]]
         if row["scaling"] == "weak":
             same = same[same["per_device_batch"] == row["per_device_batch"]]
         else:
@@ -86,148 +93,116 @@ def efficiency(agg: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass
 class Report:
-    """What was drawn: chart name -> file paths, and the tables behind them (for tests)."""
+    """What was drawn: chart name -> file paths, and the tables behind them (for tests and the page)."""
 
     out_dir: Path
     files: dict[str, list[Path]] = field(default_factory=dict)
     tables: dict[str, Any] = field(default_factory=dict)
     figures: dict[str, Any] = field(default_factory=dict)  # closed matplotlib figures, data still readable
-
-
-def _title(base: str, frame: pd.DataFrame) -> str:
-    if (frame["device_type"] == "cpu-emulated").any():
-        return f"{base}\n({EMULATED_NOTE})"
-    return base
-
-
-def _devices_axis(ax, devices) -> None:
-    """log2 x-axis labelled with the device counts themselves (1, 2, 4 ... not 2^k)."""
-    ticks = sorted({int(n) for n in devices})
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(ticks, [str(n) for n in ticks])
-    ax.set_xlabel("devices")
-
-
-def _finish_chart(report: Report, fig, name: str, title: str, ylabel: str, frame: pd.DataFrame,
-                  devices: pd.Series | None = None) -> None:
-    """Axis labels, title (with the emulation note), legend; save as PNG and SVG; close."""
-    import matplotlib.pyplot as plt
-
-    ax = fig.axes[0]
-    if devices is not None:
-        _devices_axis(ax, devices)
-    ax.set_ylabel(ylabel)
-    ax.set_title(_title(title, frame))
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    _save(fig, report, name)
-    plt.close(fig)
-
-
-def _save(fig, report: Report, name: str) -> None:
-    report.figures[name] = fig
-    paths = []
-    for ext in ("png", "svg"):
-        path = report.out_dir / f"{name}.{ext}"
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-        paths.append(path)
-    report.files[name] = paths
+    notes: dict[str, list[str]] = field(default_factory=dict)  # chart -> what it leaves out, and why
+    not_drawn: dict[str, str] = field(default_factory=dict)  # chart -> why there is none this time
 
 
 def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dataset: str | None = None,
                  device_type: str | None = None, spread_limit: float = DEFAULT_SPREAD_LIMIT) -> Report:
+    """Every chart the rows allow, summary.md (with the noisy measurements), and index.html."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from cnnbench.report import page, scaling, style
 
+    style.apply_defaults()
     everything = load(paths, model, dataset, device_type)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = Report(out_dir)
-    inference = everything[everything["mode"].isin(["infer", "serve"])]
+    inference = everything[everything["mode"].isin(INFER_MODES)]
     if not inference.empty:
         from cnnbench.report import infer as report_infer
 
-        report_infer.draw(inference, report, _finish_chart)
+        report_infer.draw(inference, report, not_ok_rows(paths, model, dataset, device_type))
     noisy = noisy_markdown(noisy_rows(everything, spread_limit), spread_limit)
     report.tables["noisy"] = noisy
-    frame = everything[~everything["mode"].isin(["infer", "serve"])]
-    if frame.empty:
-        if noisy:
-            _write_summary(report, noisy.lstrip())
-        return report
-    agg = aggregate(frame)
-    eff = efficiency(agg)
-    report.tables.update(aggregate=agg, efficiency=eff)
-    series = list(agg.groupby(["label", "scaling", "model", "precision"], dropna=False))
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (label, scaling, model_name, precision), part in series:
-        ax.errorbar(part["devices"], part["ips"], yerr=[part["ips"] - part["ips_min"], part["ips_max"] - part["ips"]],
-                    marker="o", capsize=3, label=f"{label} {model_name} {precision} ({scaling})")
-        base = part[part["devices"] == 1]
-        if not base.empty and scaling == "weak":
-            ns = np.array(sorted(part["devices"]))
-            ax.plot(ns, base["ips"].iloc[0] * ns, ls=":", color="grey", lw=1)
-    _finish_chart(report, fig, "throughput", "Throughput vs devices (dotted: ideal linear)",
-                  "images / s (all devices)", frame, agg["devices"])
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    if not eff.empty:
-        for (label, scaling), part in eff.groupby(["label", "scaling"]):
-            ax.plot(part["devices"], part["efficiency"], marker="o", label=f"{label} ({scaling} scaling)")
-        ax.axhline(1.0, color="grey", ls=":", lw=1)
-    _finish_chart(report, fig, "efficiency", "Scaling efficiency (weak: ips(N)/(N ips(1)); strong: t(1)/(N t(N)))",
-                  "scaling efficiency", frame, agg["devices"])
-
-    first = agg.groupby(["label", "model"], dropna=False).agg(
-        first_step_s=("first_step_s", "median")).reset_index()
-    report.tables["first_step"] = first
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    names = [f"{r.label}\n{r.model}" for r in first.itertuples()]
-    ax.bar(names, first["first_step_s"])
-    ax.tick_params(axis="x", labelsize=7, labelrotation=30)
-    _finish_chart(report, fig, "first_step", "First-step time", "first step (compile + run), s", frame)
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (label, scaling, model_name, precision), part in series:
-        spread = [part["step_ms"] - part["p10"], part["p90"] - part["step_ms"]]
-        ax.errorbar(part["devices"], part["step_ms"], yerr=spread, marker="o", capsize=3,
-                    label=f"{label} {model_name} {precision} ({scaling})")
-    _finish_chart(report, fig, "step_time", "Step time", "step time, ms (median, p10-p90)", frame, agg["devices"])
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    curves = {}
-    for path in paths:
-        history = store.read_history(Path(path))
-        if history.empty:
-            continue
-        merged = history.merge(frame[["run_id", "label", "devices", "model"]], on="run_id")
-        for (label, devices, model_name), part in merged.groupby(["label", "devices", "model"]):
-            # trials: the median accuracy at each epoch, plotted against the median wall time
-            curve = part.groupby("epoch").agg(wall_s=("wall_s", "median"), acc=("test_accuracy", "median"))
-            key = f"{label} {model_name} x{devices}"
-            curves[key] = curve
-            ax.plot(curve["wall_s"], curve["acc"], marker=".", label=key)
-    report.tables["accuracy_time"] = curves
-    ax.set_xlabel("training wall time, s")
-    _finish_chart(report, fig, "accuracy_time", "Test accuracy vs training time", "test accuracy", frame)
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (label, scaling, model_name, precision), part in series:
-        ax.plot(part["devices"], part["memory_mb"], marker="o", label=f"{label} {model_name} {precision} ({scaling})")
-    _finish_chart(report, fig, "memory", "Peak memory per device", "peak memory of device 0, MiB (CPU: process RSS)",
-                  frame, agg["devices"])
-
-    summary = summary_table(agg, eff)
-    report.tables["summary"] = summary
-    _write_summary(report, summary + noisy)
+    frame = everything[~everything["mode"].isin(INFER_MODES)]
+    if not frame.empty:
+        agg = aggregate(frame)
+        eff = efficiency(agg)
+        report.tables.update(aggregate=agg, efficiency=eff)
+        for metric in scaling.METRICS:
+            scaling.draw_metric(report, agg, frame, metric)
+        scaling.draw_efficiency(report, eff, agg, frame)
+        _accuracy_chart(report, paths, frame)
+        summary = summary_table(agg, eff)
+        report.tables["summary"] = summary
+        _write_summary(report, summary + noisy)
+    elif noisy:
+        _write_summary(report, noisy.lstrip())
+    _remove_stale_charts(report)
+    page.write_index(report, everything, paths)
     return report
 
 
 def _write_summary(report: Report, text: str) -> None:
     (report.out_dir / "summary.md").write_text(text)
     report.files["summary"] = [report.out_dir / "summary.md"]
+
+
+def not_ok_rows(paths: list[Path], model: str | None, dataset: str | None,
+                device_type: str | None) -> pd.DataFrame:
+    """Skipped and failed rows (after the same filters): the charts say what they leave out."""
+    frame = store.read_results(paths)
+    wanted = {c: v for c, v in (("model", model), ("dataset", dataset), ("device_type", device_type)) if v}
+    keep = (frame[list(wanted)] == pd.Series(wanted)).all(axis=1) if wanted else True
+    return frame[(frame["status"] != "ok") & keep]
+
+
+def _remove_stale_charts(report: Report) -> None:
+    """A chart this report did not draw must not linger from an earlier one in the same folder."""
+    from cnnbench.report.infer import CHARTS as INFER_CHARTS
+
+    for name in (*CHARTS, *INFER_CHARTS):
+        if name in report.files:
+            continue
+        for ext in ("png", "svg"):
+            (report.out_dir / f"{name}.{ext}").unlink(missing_ok=True)
+
+
+def _accuracy_chart(report: Report, paths: list[Path], frame: pd.DataFrame) -> None:
+    """Test accuracy against training wall time, one panel per model (and scaling mode), from the history files."""
+    from cnnbench.report import figure
+    from cnnbench.report.style import DEVICE_LINESTYLES, series_rank, series_style
+
+    curves = {}
+    for path in paths:
+        history = store.read_history(Path(path))
+        if history.empty:
+            continue
+        merged = history.merge(frame[["run_id", "label", "devices", "model", "scaling", "backend", "strategy",
+                                      "compile"]], on="run_id")
+        for (label, devices, model_name, scaling), part in merged.groupby(["label", "devices", "model", "scaling"]):
+            # trials: the median accuracy at each epoch, plotted against the median wall time
+            curve = part.groupby("epoch").agg(wall_s=("wall_s", "median"), acc=("test_accuracy", "median"))
+            curves[(model_name, scaling, f"{label} x{devices}")] = (curve, part.iloc[0], devices)
+    report.tables["accuracy_time"] = {key[2] if len({k[1] for k in curves}) == 1 else f"{key[2]} {key[1]}": curve
+                                      for key, (curve, _, _) in curves.items()}
+    if not curves:
+        report.not_drawn["accuracy_time"] = "no per-epoch history file next to these CSVs"
+        return
+    several = len({k[1] for k in curves}) > 1
+    panels = sorted({k[:2] for k in curves})
+    counts = sorted({n for _, _, n in curves.values()})
+    fig, axes = figure.panels([f"{m} · {s} scaling" if several else m for m, s in panels], size=(6.0, 4.2))
+    order = sorted(curves.items(), key=lambda kv: (series_rank(kv[1][1]["backend"], kv[1][1]["strategy"]), kv[0]))
+    for ax, panel in zip(axes, panels):
+        for key, (curve, row, devices) in order:
+            if key[:2] != panel:
+                continue
+            # colour: framework and strategy; line style: the device count
+            style = series_style(row["backend"], row["strategy"], bool(row["compile"]))
+            ax.plot(curve["wall_s"], curve["acc"], label=key[2],
+                    **{**style.line_kwargs(), "marker": ".", "ls": DEVICE_LINESTYLES[counts.index(devices) % 4]})
+        ax.set_xlabel("training wall time, s")
+        ax.set_ylabel("test accuracy")
+    figure.finish(report, fig, "accuracy_time", "Test accuracy vs training time (median over trials)", frame)
 
 
 def summary_table(agg: pd.DataFrame, eff: pd.DataFrame) -> str:

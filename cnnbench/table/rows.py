@@ -40,7 +40,7 @@ def base_row(run: Run) -> dict[str, Any]:
         "mode": "train",
         "backend": run.backend,
         "backend_version": envinfo.backend_version(run.backend, run.strategy),
-        "stack_versions": envinfo.stack_versions(run.backend, run.strategy),
+        "stack_versions": envinfo.stack_versions(run.backend, run.strategy, gpu=run.device_kind == "gpu"),
         "strategy": run.strategy,
         "mesh_shape": mesh_text(run),
         "microbatches": run.microbatches if run.strategy == "pipeline" else None,
