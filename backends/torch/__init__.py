@@ -72,7 +72,7 @@ def build(run: Run, ctx: BuildContext):
 
 
 def infer_unsupported(variant) -> str | None:
-    """Every inference toggle applies to PyTorch (fp16 and pinned memory on GPUs only)."""
+    """Every inference toggle and input applies to PyTorch (fp16 and pinned memory on GPUs only)."""
     return None
 
 

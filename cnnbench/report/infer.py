@@ -1,7 +1,7 @@
 """Charts and tables of `cnnbench infer` rows (mode infer and serve); called by report.build_report.
 
 - ``infer_throughput`` / ``infer_latency``: the batch-size sweep (images/s; latency p50 with the
-  p90-p99 range), one line per backend and precision;
+  p90-p99 range), one line per backend, precision and input (the sweep rows' variant);
 - ``ablation``: milliseconds per batch gained (+) or lost (-) by each toggle against the baseline,
   one group of bars per backend, and ``ablation.md`` with the same numbers;
 - ``serve_latency`` / ``serve_throughput``: latency p50 and p99, and achieved vs offered load, for
@@ -17,13 +17,25 @@ import pandas as pd
 LABEL = ["backend", "precision"]
 
 
+def _sweep_variants() -> tuple[str, ...]:
+    """Sweep rows are named after their input; "sweep" is their name in files written before."""
+    from cnnbench.spec import INFER_INPUTS
+
+    return (*INFER_INPUTS, "sweep")
+
+
 def _label(frame: pd.DataFrame) -> pd.Series:
-    return frame["backend"] + " " + frame["precision"] + np.where(frame["compile"], " +compile", "")
+    source = np.where(frame["variant"].isin(_sweep_variants()[:-1]), " " + frame["variant"].astype(str), "")
+    return frame["backend"] + " " + frame["precision"] + np.where(frame["compile"], " +compile", "") + source
+
+
+def sweep_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[(frame["mode"] == "infer") & frame["variant"].isin(_sweep_variants())]
 
 
 def ablation_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Per backend and toggle: batch ms, and ms gained against the baseline (positive = faster)."""
-    rows = frame[(frame["mode"] == "infer") & (frame["variant"] != "sweep")]
+    rows = frame[(frame["mode"] == "infer") & ~frame["variant"].isin(_sweep_variants())]
     med = rows.groupby(["model", "backend", "variant", "global_batch"], dropna=False).agg(
         batch_ms=("step_time_ms_median", "median"), p99_ms=("latency_ms_p99", "median")).reset_index()
     out = []
@@ -61,7 +73,7 @@ def draw(frame: pd.DataFrame, report, finish) -> None:
 
     frame = frame.copy()
     frame["infer_label"] = _label(frame)
-    sweep = frame[(frame["mode"] == "infer") & (frame["variant"] == "sweep")]
+    sweep = sweep_rows(frame)
     if not sweep.empty:
         agg = sweep.groupby(["infer_label", "model", "global_batch"]).agg(
             ips=("images_per_sec", "median"), p50=("latency_ms_p50", "median"),
@@ -72,7 +84,7 @@ def draw(frame: pd.DataFrame, report, finish) -> None:
             ax.plot(part["global_batch"], part["ips"], marker="o", label=f"{label} {model}")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size")
-        finish(report, fig, "infer_throughput", "Inference throughput vs batch size (host input copied each batch)",
+        finish(report, fig, "infer_throughput", "Inference throughput vs batch size, by where each batch starts",
                "images / s", sweep)
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for (label, model), part in agg.groupby(["infer_label", "model"]):
