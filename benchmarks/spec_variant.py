@@ -1,9 +1,10 @@
 """A copy of an experiment spec with some fields changed, for the benchmark scripts.
 
 ``write_variant(BASE, DEST, {"name": "x", "torch.compile_scope": "model"})`` reads BASE, sets each
-dotted field (creating its table where needed) and writes DEST; the spec's own validation runs
-when `cnnbench` reads DEST. Command line: ``python benchmarks/spec_variant.py BASE DEST KEY=VALUE...``
-with VALUE in TOML syntax (``torch.compile_mode='"reduce-overhead"'``, ``per_device_batch=512``).
+dotted field (creating its table where needed; ``None`` removes the field) and writes DEST; the
+spec's own validation runs when `cnnbench` reads DEST. Command line:
+``python benchmarks/spec_variant.py BASE DEST KEY=VALUE... [del:KEY...]`` with VALUE in TOML syntax
+(``torch.compile_mode='"reduce-overhead"'``, ``per_device_batch=512``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,10 @@ def write_variant(base: Path, dest: Path, changes: dict[str, Any]) -> Path:
         target = table
         for section in sections:
             target = target.setdefault(section, {})
-        target[key] = value
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = value
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(to_toml(table))
@@ -54,6 +58,9 @@ def main(argv: list[str]) -> None:
     base, dest, *assignments = argv
     changes = {}
     for text in assignments:
+        if text.startswith("del:"):
+            changes[text[4:]] = None
+            continue
         key, _, value = text.partition("=")
         changes[key] = tomllib.loads(f"v = {value}")["v"]
     write_variant(Path(base), Path(dest), changes)
