@@ -29,6 +29,9 @@ DEVICE_KINDS = ("auto", "cpu", "gpu")
 SCHEDULES = ("constant", "cosine")
 INFER_TOGGLES = ("compile", "bf16", "fp16", "channels_last", "pinned", "pad")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+COMPILE_SCOPES = ("model", "step")
+DDP_COMPILE_MODES = ("ddp_optimizer", "python_reducer", "no_optimization")
+INFER_INPUTS = ("resident", "uint8_pinned", "float32_pinned", "float32_pageable")
 
 
 def _f(default: Any, doc: str, **checks: Any) -> Any:
@@ -68,6 +71,15 @@ class TorchOptions:
     strategies: tuple[str, ...] = _f(("ddp",), "ddp: DistributedDataParallel; pipeline: GPipe.",
                                      choices=REGISTRY["torch"].strategies + ("tensor", "data+tensor"))
     compile_mode: str = _f("default", "torch.compile mode when `compile = true`.", choices=COMPILE_MODES)
+    compile_scope: str = _f("step", "What `compile = true` compiles: the whole training step (forward, loss, "
+                                    "backward, optimizer step) or the model's forward only.", choices=COMPILE_SCOPES)
+    ddp_compile: str = _f("ddp_optimizer", "torch._dynamo.config.optimize_ddp for a compiled DDP model: split the "
+                                           "graph at bucket boundaries, the Python reducer traced by compiled "
+                                           "autograd, or one graph.", choices=DDP_COMPILE_MODES)
+    compiled_autograd: bool = _f(False, "Trace the backward pass into the compiled step (compile_scope = "
+                                        "\"step\"); ddp_compile = \"python_reducer\" turns it on.")
+    wrap_ddp_single: bool = _f(False, "Wrap the model in DDP also when the run has one process (a 1-process "
+                                      "DDP only adds its reducer over a group of one).")
     channels_last: bool = _f(False, "Use the channels_last memory format for model and inputs.")
     num_workers: int = _f(0, "DataLoader worker processes (real data).", min=0)
     pin_memory: bool = _f(False, "DataLoader pin_memory (GPU).")
@@ -118,6 +130,11 @@ class InferSpec:
     pad_multiple: int = _f(32, "The `pad` toggle pads each batch up to a multiple of this and masks the "
                                "padding out of the results.", min=1)
     rounds: int = _f(3, "The ablation measures its variants in this many interleaved rounds.", min=1)
+    input: tuple[str, ...] = _f(("uint8_pinned",), "Where each sweep batch starts: resident (on the device "
+                                "already: the model's own rate), uint8_pinned (uint8 NHWC in pinned host "
+                                "memory, converted and normalised on the device), float32_pinned, "
+                                "float32_pageable (a normalised float32 batch in ordinary host memory).",
+                                choices=INFER_INPUTS)
 
 
 @dataclass(frozen=True)
@@ -302,6 +319,7 @@ def _check_consistency(spec: Spec) -> None:
         raise SpecError(src, "image_size" if spec.dataset == "synthetic" else "model",
                         f"model {spec.model} needs an image size >= {model.min_image_size} and a multiple "
                         f"of {model.image_multiple}; dataset {spec.dataset} has {image}")
+    _check_torch_compile(spec)
     if spec.sync_bn and not model.has_batchnorm:
         raise SpecError(src, "sync_bn", f"model {spec.model} has no batch norm")
     for strong_batch in spec.global_batch if "strong" in spec.scaling else ():
@@ -310,6 +328,19 @@ def _check_consistency(spec: Spec) -> None:
                 raise SpecError(src, "global_batch",
                                 f"strong scaling splits global_batch {strong_batch} over {n} devices: "
                                 f"{strong_batch} is not divisible by {n}")
+
+
+def _check_torch_compile(spec: Spec) -> None:
+    torch = spec.torch
+    if torch.compiled_autograd and torch.compile_scope != "step":
+        raise SpecError(spec.source, "torch.compiled_autograd",
+                        "needs compile_scope = \"step\" (the backward pass runs inside the compiled step)")
+    if torch.ddp_compile == "python_reducer" and torch.compile_scope != "step":
+        raise SpecError(spec.source, "torch.ddp_compile",
+                        "python_reducer is traced by compiled autograd: it needs compile_scope = \"step\"")
+    if torch.ddp_compile == "no_optimization" and torch.compiled_autograd:
+        raise SpecError(spec.source, "torch.ddp_compile",
+                        "no_optimization cannot be combined with compiled_autograd (PyTorch refuses it)")
 
 
 def check_training_batches(spec: Spec) -> None:

@@ -24,6 +24,7 @@ INFER_SPEC = """
     window_steps = 5
     [infer]
     batch_sizes = [1, 16]
+    input = ["resident", "uint8_pinned", "float32_pinned", "float32_pageable"]
     latency_samples = 10
     ablation = ["bf16", "channels_last", "pinned", "pad"]
     ablation_batch = 20
@@ -45,18 +46,28 @@ def infer_rows(tmp_path_factory):
     return store.read_rows(out), out, profile
 
 
-def test_sweep_rows_per_batch_size(infer_rows):
+SWEEP = ("resident", "uint8_pinned", "float32_pinned", "float32_pageable")
+
+
+def test_sweep_rows_per_batch_size_and_input(infer_rows):
     rows, _, _ = infer_rows
     for backend in ("torch", "jax"):
-        sweep = [r for r in rows if r["backend"] == backend and r["variant"] == "sweep"]
-        assert [r["global_batch"] for r in sweep] == [1, 16]
-        for r in sweep:
-            assert r["status"] == "ok" and r["mode"] == "infer" and r["strategy"] == "infer"
-            assert r["latency_ms_p50"] <= r["latency_ms_p90"] <= r["latency_ms_p99"]
-            assert r["images_per_sec"] == pytest.approx(r["global_batch"] / (r["step_time_ms_median"] / 1000), rel=0.01)
-            assert r["first_step_s"] > 0 and r["windows"] == 3
+        for source in ("resident", "float32_pageable"):
+            sweep = [r for r in rows if r["backend"] == backend and r["variant"] == source]
+            assert [r["global_batch"] for r in sweep] == [1, 16]
+            for r in sweep:
+                assert r["status"] == "ok" and r["mode"] == "infer" and r["strategy"] == "infer"
+                assert f"input={source}" in r["backend_options"]
+                assert r["latency_ms_p50"] <= r["latency_ms_p90"] <= r["latency_ms_p99"]
+                assert r["images_per_sec"] == pytest.approx(r["global_batch"] / (r["step_time_ms_median"] / 1000),
+                                                            rel=0.01)
+                assert r["first_step_s"] > 0 and r["windows"] == 3
+        # on a CPU there is nothing to pin: one skipped row per pinned input says so
+        for source in ("uint8_pinned", "float32_pinned"):
+            (row,) = [r for r in rows if r["backend"] == backend and r["variant"] == source]
+            assert row["status"] == "skipped" and "on CPU there is no copy" in row["error"]
     # JAX always jits; the keras backend has no inference path: one skipped row says so
-    assert all(r["compile"] for r in rows if r["backend"] == "jax" and r["variant"] == "sweep")
+    assert all(r["compile"] for r in rows if r["backend"] == "jax" and r["variant"] in SWEEP)
     (keras,) = [r for r in rows if r["backend"] == "keras"]
     assert keras["status"] == "skipped" and "no inference path" in keras["error"]
 
@@ -65,7 +76,7 @@ def test_ablation_has_one_row_per_toggle_and_says_why_a_toggle_is_skipped(infer_
     rows, _, _ = infer_rows
     for backend in ("torch", "jax"):
         ablation = {r["variant"]: r for r in rows if r["backend"] == backend and r["mode"] == "infer"
-                    and r["variant"] != "sweep"}
+                    and r["variant"] not in SWEEP}
         assert set(ablation) == {"baseline", "bf16", "channels_last", "pinned", "pad", "all"}
         assert all(r["global_batch"] == 20 for r in ablation.values())
         # three interleaved rounds (the default) of 3 windows each
@@ -77,7 +88,8 @@ def test_ablation_has_one_row_per_toggle_and_says_why_a_toggle_is_skipped(infer_
     assert jax_cl["status"] == "skipped" and "PyTorch option" in jax_cl["error"]
     torch_all = next(r for r in rows if r["backend"] == "torch" and r["variant"] == "all")
     # all = every applicable toggle: pinned is not applicable on CPU
-    assert "channels_last=True" in torch_all["backend_options"] and "pinned=False" in torch_all["backend_options"]
+    assert "channels_last=True" in torch_all["backend_options"]
+    assert "input=float32_pageable" in torch_all["backend_options"]
 
 
 def test_serving_rows_compare_dynamic_batching_with_batch_one(infer_rows):

@@ -65,6 +65,8 @@ def infer_unsupported(variant) -> str | None:
         return "Keras models are channels-last (NHWC) already; channels_last is a PyTorch option"
     if variant.pinned:
         return "TensorFlow stages host inputs itself and has no pinned-memory option"
+    if variant.input not in ("resident", "float32_pageable"):
+        return f"input {variant.input}: TensorFlow takes resident or float32_pageable batches here"
     return None
 
 

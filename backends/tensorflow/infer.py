@@ -32,14 +32,21 @@ class TFInference:
             self.model = build_model(run.model, run.image_size, run.channels, run.num_classes)
         # Graph mode always (what a TF user serves with); `compile` adds XLA.
         self.forward = tf.function(lambda x: self.model(x, training=False), jit_compile=variant.compile)
+        self.input = variant.input
         self._last = None
 
-    def host_batch(self, images: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(images.transpose(0, 2, 3, 1))
+    def host_batch(self, images: np.ndarray, input: str | None = None):
+        """float32 NHWC: a numpy array (pageable), or a tensor on the device (``resident``)."""
+        nhwc = np.ascontiguousarray(images.transpose(0, 2, 3, 1))
+        if (input or self.input) == "resident":
+            with self.tf.device(self.device):
+                return self.tf.identity(self.tf.constant(nhwc))
+        return nhwc
 
-    def infer(self, host_batch: np.ndarray):
+    def infer(self, host_batch):
         with self.tf.device(self.device):
-            self._last = self.forward(self.tf.constant(host_batch))
+            x = host_batch if isinstance(host_batch, self.tf.Tensor) else self.tf.constant(host_batch)
+            self._last = self.forward(x)
         return self._last
 
     def fetch(self, output) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 ``ddp`` (:mod:`backends.torch.ddp`): DistributedDataParallel, one process per device, started by
 torchrun; gloo on CPU (emulated devices: N processes sharing the cores), NCCL on GPU (one process per
-GPU, even for a single GPU, so the measured path is the distributed one). ``pipeline``
+GPU; a single process trains the bare model in its group of one unless ``wrap_ddp_single``). ``pipeline``
 (:mod:`backends.torch.pipeline`): one process per stage, GPipe. PyTorch is imported only inside the
 trainers, never here.
 """
@@ -72,7 +72,7 @@ def build(run: Run, ctx: BuildContext):
 
 
 def infer_unsupported(variant) -> str | None:
-    """Every inference toggle applies to PyTorch (fp16 and pinned memory on GPUs only)."""
+    """Every inference toggle and input applies to PyTorch (fp16 and pinned memory on GPUs only)."""
     return None
 
 

@@ -1,4 +1,9 @@
-"""PyTorch inference model for `cnnbench infer` (forward only, one device, no process group)."""
+"""PyTorch inference model for `cnnbench infer` (forward only, one device, no process group).
+
+One model takes every input: a float32 batch (on the device already, or copied from pinned or
+pageable host memory) goes through ``forward``; a uint8 NHWC batch through ``forward_uint8``,
+which converts and normalises it on the device before the same forward. With ``compile`` each is
+one compiled function, so the conversion fuses into the first kernels."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import torch
 from backends import profilers
 from backends.torch.models import build_model
 from cnnbench import envinfo
+from cnnbench.data.normalize import channel_scale_shift
 from cnnbench.infer.plan import Variant
 from cnnbench.runs import Run
 
@@ -27,6 +33,12 @@ class TorchInference:
         self.memory_format = torch.channels_last if variant.channels_last else torch.contiguous_format
         model = build_model(run.model, run.image_size, run.channels, run.num_classes)
         model = model.to(self.device, memory_format=self.memory_format).eval()
+        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(variant.precision)
+        scale, shift = channel_scale_shift(run.channels)
+        self.scale = torch.from_numpy(scale).to(self.device).view(1, -1, 1, 1)
+        self.shift = torch.from_numpy(shift).to(self.device).view(1, -1, 1, 1)
+        self.model, self.input = model, variant.input
+        self.forward, self.forward_uint8 = self._forward, self._forward_uint8
         if variant.compile:
             # One graph per batch size, each specialised (as jit does): without this, the second
             # shape switches dynamo to dynamic shapes, and past the recompile limit it falls back
@@ -36,19 +48,31 @@ class TorchInference:
             for name in ("recompile_limit", "cache_size_limit"):
                 if hasattr(dynamo_config, name):
                     setattr(dynamo_config, name, 64)
-            model = torch.compile(model, mode=variant.compile_mode, dynamic=False)
-        self.model, self.pinned = model, variant.pinned
-        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(variant.precision)
+            self.forward = torch.compile(self._forward, mode=variant.compile_mode, dynamic=False)
+            self.forward_uint8 = torch.compile(self._forward_uint8, mode=variant.compile_mode, dynamic=False)
 
-    def host_batch(self, images: np.ndarray) -> torch.Tensor:
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
+            return self.model(x)
+
+    def _forward_uint8(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self._forward(normalize_uint8(pixels, self.scale, self.shift, self.memory_format))
+
+    def host_batch(self, images: np.ndarray, input: str | None = None) -> torch.Tensor:
+        source = input or self.input
         batch = torch.from_numpy(np.ascontiguousarray(images))
-        return batch.pin_memory() if self.pinned else batch
+        if source == "resident":
+            return batch.to(self.device).contiguous(memory_format=self.memory_format)
+        return batch.pin_memory() if source.endswith("_pinned") else batch
 
     @torch.inference_mode()
     def infer(self, host_batch: torch.Tensor) -> torch.Tensor:
-        x = host_batch.to(self.device, non_blocking=self.pinned).contiguous(memory_format=self.memory_format)
-        with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
-            return self.model(x)
+        x = host_batch
+        if x.device != self.device:  # pinned memory copies asynchronously; pageable memory cannot
+            x = x.to(self.device, non_blocking=self.on_gpu and x.is_pinned())
+        if x.dtype == torch.uint8:
+            return self.forward_uint8(x)
+        return self.forward(x.contiguous(memory_format=self.memory_format))
 
     def fetch(self, output: torch.Tensor) -> np.ndarray:
         return output.float().cpu().numpy()
@@ -67,3 +91,12 @@ class TorchInference:
         if self.on_gpu:
             return int(torch.cuda.max_memory_allocated())
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def normalize_uint8(pixels: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
+                    memory_format: torch.memory_format = torch.contiguous_format) -> torch.Tensor:
+    """uint8 (N, H, W, C) on the device -> normalised float32 (N, C, H, W): the device form of
+    :func:`cnnbench.data.normalize.normalize_uint8_nhwc`. NHWC pixels are channels_last already:
+    the permute is free for a channels_last model."""
+    x = pixels.permute(0, 3, 1, 2).float() * scale + shift
+    return x.contiguous(memory_format=memory_format)

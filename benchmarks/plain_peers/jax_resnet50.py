@@ -1,7 +1,7 @@
 """Plain JAX/Flax ResNet-50 training loop, as a skilled user writes it without cnnbench:
 flax.linen ResNet-50 v1.5 with nn.BatchNorm, bf16 compute, jax.jit with donated state, optax SGD.
 
-python benchmarks/plain_peers/jax_resnet50.py [--batch 256]
+python benchmarks/plain_peers/jax_resnet50.py [--batch 256] [--image-size 224]
 """
 
 from __future__ import annotations
@@ -51,9 +51,10 @@ class ResNet50(nn.Module):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--image-size", type=int, default=224, help="smaller: a quick check on a CPU")
     args = parser.parse_args()
     model = ResNet50()
-    x = jax.random.normal(jax.random.key(1), (args.batch, 224, 224, 3))
+    x = jax.random.normal(jax.random.key(1), (args.batch, args.image_size, args.image_size, 3))
     y = jax.random.randint(jax.random.key(2), (args.batch,), 0, 1000)
     variables = model.init(jax.random.key(0), x[:1], train=False)
     tx = optax.chain(optax.add_decayed_weights(5e-5), optax.sgd(0.1, momentum=0.9))
@@ -77,7 +78,7 @@ def main() -> None:
         holder["state"], _ = train_step(holder["state"], x, y)
 
     result = measure(step, lambda: jax.block_until_ready(holder["state"]), args.batch)
-    report("jax resnet50", result)
+    report(f"jax resnet50 b{args.batch}", {**vars(args), **result})
 
 
 if __name__ == "__main__":

@@ -2,10 +2,15 @@
 
 Timing follows the training protocol: the first batch is timed alone (tracing/compilation),
 ``warmup_steps`` batches are discarded, then ``windows`` windows of ``window_steps`` batches are
-timed with the device synchronized at both ends of a window only. Every batch starts on the host
-(pageable, or pinned for the ``pinned`` toggle) and is copied to the device, as in a real
-front-end. Latency is measured separately: ``latency_samples`` batches one at a time, each from
-host input to logits back on the host.
+timed with the device synchronized at both ends of a window only. Each batch starts where the
+variant's ``input`` says: already on the device (``resident``: the model's own rate), or on the
+host (uint8 or float32, pinned or pageable memory) and copied to the device inside the timed
+loop, as in a real front-end. Latency is measured separately: ``latency_samples`` batches one at
+a time, each from its starting place to logits back on the host.
+
+The images come twice: uint8 NHWC pixels, and the same pixels normalised on the host into
+float32 NCHW (:func:`cnnbench.data.normalize.normalize_uint8_nhwc`); uint8 inputs start from the
+first, float32 and resident ones from the second, so every input mode computes the same logits.
 
 A backend supplies an :class:`InferenceModel` through ``build_inference(run, variant)``.
 """
@@ -28,11 +33,14 @@ from cnnbench.runs import Run
 
 
 class InferenceModel(Protocol):
-    def host_batch(self, images: np.ndarray) -> Any:
-        """NCHW float32 images -> the framework's host-side batch (layout, pinned memory): untimed."""
+    def host_batch(self, images: np.ndarray, input: str | None = None) -> Any:
+        """Images -> the batch where ``input`` (default: the variant's own) starts it, untimed:
+        float32 NCHW images for the float32 inputs and ``resident`` (placed on the device), uint8
+        NHWC pixels for ``uint8_pinned``."""
 
     def infer(self, host_batch: Any) -> Any:
-        """Copy to the device and run the forward pass; asynchronous where the framework is."""
+        """Copy to the device (unless resident), convert and normalise uint8 there, run the forward
+        pass; asynchronous where the framework is."""
 
     def fetch(self, output: Any) -> np.ndarray:
         """Logits on the host, float32 (waits for them)."""
@@ -84,13 +92,27 @@ class Measurement:
         return out
 
 
-def measure_batches(model: InferenceModel, images: np.ndarray, variant: Variant, run: Run,
+@dataclass(frozen=True)
+class InferImages:
+    """The same images as uint8 NHWC pixels and normalised float32 NCHW."""
+
+    uint8_nhwc: np.ndarray
+    float32_nchw: np.ndarray
+
+    def first(self, count: int) -> InferImages:
+        return InferImages(self.uint8_nhwc[:count], self.float32_nchw[:count])
+
+    def for_input(self, source: str) -> np.ndarray:
+        return self.uint8_nhwc if source.startswith("uint8") else self.float32_nchw
+
+
+def measure_batches(model: InferenceModel, images: InferImages, variant: Variant, run: Run,
                     latency_samples: int, into: Measurement | None = None,
                     profile_to: Path | None = None) -> Measurement:
     """Time one variant at one batch size (first call, warm-up, windows, then latency samples);
     ``into`` continues an earlier measurement (another round of the ablation)."""
-    padded, valid = pad_to_multiple(images, variant.pad_multiple)
-    host = model.host_batch(padded)
+    padded, valid = pad_to_multiple(images.for_input(variant.input), variant.pad_multiple)
+    host = model.host_batch(padded, variant.input)
     if into is None:
         begun = time.perf_counter()
         model.infer(host)
@@ -151,11 +173,13 @@ def _failure(exc: BaseException) -> dict[str, Any]:
     return {"error": f"{type(exc).__name__}: {exc}".strip()}
 
 
-def run_inference(run: Run, build: Callable[[Run, Variant], InferenceModel], images: np.ndarray,
+def run_inference(run: Run, build: Callable[[Run, Variant], InferenceModel], images: InferImages,
                   log: Callable[[str], None]) -> dict[str, Any]:
     """Every job of the run's plan; a job that fails gets its error, the others still run.
 
-    Sweep and serve jobs build one model at a time. Ablation models are all built first and then
+    Sweep and serve jobs build one model at a time; variants that differ only in their input share
+    it (one model takes every input, so the sweep over inputs compiles each batch shape once per
+    input dtype, not once per input). Ablation models are all built first and then
     measured in ``rounds`` interleaved rounds (baseline, toggle 1, ..., all; again ...), so that a
     slow spell of the machine (host copies from pageable memory vary a lot) does not land on one
     variant only; each row summarises all its rounds."""
@@ -168,19 +192,19 @@ def run_inference(run: Run, build: Callable[[Run, Variant], InferenceModel], ima
         if job["kind"] == "ablation":
             continue
         variant = Variant(**job["variant"])
-        config = Variant(**{**job["variant"], "name": ""})
+        config = Variant(**{**job["variant"], "name": "", "input": ""})
         try:
             if built_for != config:
                 model, built_for = None, None  # free the previous model before building the next
                 model, built_for = build(run, variant), config
             if job["kind"] == "serve":
-                result = serve_under_load(model, images, job, run.seed)
+                result = serve_under_load(model, images.float32_nchw, job, run.seed)
             else:
                 trace = None
                 if job["batch"] == profiled_batch:
                     trace = Path(run.profile_dir) / f"{run.backend}-{run.precision}-b{job['batch']}"
                     profiled_batch = None
-                result = measure_batches(model, images[: job["batch"]], variant, run,
+                result = measure_batches(model, images.first(job["batch"]), variant, run,
                                          run.infer["latency_samples"], profile_to=trace).summary()
             result.update(device_name=model.device_name(), peak_memory_bytes=model.peak_memory_bytes())
         except Exception as exc:  # noqa: BLE001 - one failing variant (e.g. a compiler error) is a failed row
@@ -192,7 +216,7 @@ def run_inference(run: Run, build: Callable[[Run, Variant], InferenceModel], ima
     return {"jobs": results}
 
 
-def _run_ablation(run: Run, build: Callable[[Run, Variant], InferenceModel], images: np.ndarray,
+def _run_ablation(run: Run, build: Callable[[Run, Variant], InferenceModel], images: InferImages,
                   jobs: list[dict[str, Any]], results: list[dict[str, Any] | None],
                   log: Callable[[str], None]) -> None:
     indices = [i for i, job in enumerate(jobs) if job["kind"] == "ablation"]
@@ -207,7 +231,7 @@ def _run_ablation(run: Run, build: Callable[[Run, Variant], InferenceModel], ima
         for i in list(models):
             job = jobs[i]
             try:
-                measured[i] = measure_batches(models[i], images[: job["batch"]], Variant(**job["variant"]), run,
+                measured[i] = measure_batches(models[i], images.first(job["batch"]), Variant(**job["variant"]), run,
                                               run.infer["latency_samples"], into=measured.get(i))
             except Exception as exc:  # noqa: BLE001
                 results[i] = _failure(exc)

@@ -2,7 +2,10 @@
 
 Three kinds of job, all on one device:
 - ``sweep``: forward-only timing over ``infer.batch_sizes`` in the spec's own configuration
-  (precision, compile, the backend's options);
+  (precision, compile, the backend's options), once for each of ``infer.input`` (where each batch
+  starts: resident on the device, uint8 or float32 in pinned host memory, float32 in pageable
+  memory); the variant of each row is the input's name, and a backend that cannot start from an
+  input gets a ``skipped`` row saying why;
 - ``ablation``: a plain baseline (fp32, no compilation, NCHW, pageable host memory, no padding)
   and each toggle of ``infer.ablation`` alone against it, then all of them together, at
   ``infer.ablation_batch``; a toggle a backend cannot apply becomes a ``skipped`` row saying why
@@ -34,20 +37,27 @@ class Variant:
     compile: bool = False
     compile_mode: str = "default"
     channels_last: bool = False
-    pinned: bool = False  # host batches in page-locked memory, copied with non_blocking
+    # Where each batch starts (one of spec.INFER_INPUTS): resident on the device; uint8 NHWC in
+    # pinned host memory, converted and normalised on the device; float32 (normalised on the
+    # host) in pinned or in pageable memory. Pinned copies are issued with non_blocking.
+    input: str = "float32_pageable"
     pad_multiple: int = 0  # pad every batch up to a multiple of this (0: never)
+
+    @property
+    def pinned(self) -> bool:
+        return self.input.endswith("_pinned")
 
     def options_text(self) -> str:
         return (f"channels_last={self.channels_last};compile_mode={self.compile_mode};"
-                f"pad_multiple={self.pad_multiple};pinned={self.pinned}")
+                f"input={self.input};pad_multiple={self.pad_multiple}")
 
 
-def sweep_variant(spec: Spec, backend: str, precision: str) -> Variant:
-    """The spec's own configuration: what `cnnbench run` would train with."""
+def sweep_variants(spec: Spec, backend: str, precision: str) -> list[Variant]:
+    """The spec's own configuration (what `cnnbench run` would train with), once per input."""
     torch_opts = spec.torch if backend == "torch" else None
-    return Variant("sweep", precision, spec.compile or backend == "jax",
-                   torch_opts.compile_mode if torch_opts else "default",
-                   bool(torch_opts and torch_opts.channels_last), bool(torch_opts and torch_opts.pin_memory))
+    own = Variant("sweep", precision, spec.compile or backend == "jax",
+                  torch_opts.compile_mode if torch_opts else "default", bool(torch_opts and torch_opts.channels_last))
+    return [dataclasses.replace(own, name=source, input=source) for source in spec.infer.input]
 
 
 def ablation_variants(spec: Spec, backend: str) -> list[Variant]:
@@ -61,7 +71,7 @@ def ablation_variants(spec: Spec, backend: str) -> list[Variant]:
         "bf16": {"precision": "bf16"},
         "fp16": {"precision": "fp16"},
         "channels_last": {"channels_last": True},
-        "pinned": {"pinned": True},
+        "pinned": {"input": "float32_pinned"},
         "pad": {"pad_multiple": infer.pad_multiple},
     }
     return [baseline] + [dataclasses.replace(baseline, name=t, **changes[t]) for t in infer.ablation]
@@ -111,13 +121,20 @@ def expand_infer(spec: Spec, *, backends: tuple[str, ...] | None = None, device_
     for backend in backends:
         for index, precision in enumerate(spec.precision):
             jobs: list[dict[str, Any]] = []
-            sweep = sweep_variant(spec, backend, precision)
+            sweeps = sweep_variants(spec, backend, precision)
+            pageable = dataclasses.replace(sweeps[0], name="sweep", input="float32_pageable")
             run = _infer_run(spec, backend, precision, kind, info, profile_dir, jobs)
-            reason = _unsupported(backend, sweep, kind, None)
+            reason = _unsupported(backend, pageable, kind, None)
             if reason:  # e.g. the keras backend, or fp16 on a CPU: one skipped row says why
-                skipped.append((run, sweep, reason))
+                skipped.append((run, pageable, reason))
                 continue
-            jobs += [{"kind": "sweep", "variant": dataclasses.asdict(sweep), "batch": b} for b in infer.batch_sizes]
+            for sweep in sweeps:
+                why = _unsupported(backend, sweep, kind, None)
+                if why:  # e.g. pinned memory on a CPU
+                    skipped.append((run, sweep, why))
+                    continue
+                jobs += [{"kind": "sweep", "variant": dataclasses.asdict(sweep), "batch": b}
+                         for b in infer.batch_sizes]
             if index == 0 and infer.ablation:
                 baseline, *toggles = ablation_variants(spec, backend)
                 applicable = [baseline]
@@ -131,8 +148,8 @@ def expand_infer(spec: Spec, *, backends: tuple[str, ...] | None = None, device_
                 for variant in applicable + ([combined] if combined else []):
                     jobs.append({"kind": "ablation", "variant": dataclasses.asdict(variant),
                                  "batch": infer.ablation_batch})
-            if index == 0:
-                jobs += serve_jobs(spec, sweep)
+            if index == 0:  # the in-process batcher copies float32 requests from pageable memory
+                jobs += serve_jobs(spec, pageable)
             runs.append(run)
     return runs, skipped
 

@@ -26,8 +26,20 @@ SATURATED = 0.9  # a load is not served once less than this share of the offered
 DELTA_LABEL = "change in ms per batch vs baseline (negative = faster)"
 
 
+def _sweep_variants() -> tuple[str, ...]:
+    """Sweep rows are named after their input; "sweep" is their name in files written before."""
+    from cnnbench.spec import INFER_INPUTS
+
+    return (*INFER_INPUTS, "sweep")
+
+
 def _label(frame: pd.DataFrame) -> pd.Series:
-    return frame["backend"] + " " + frame["precision"] + np.where(frame["compile"], " +compile", "")
+    source = np.where(frame["variant"].isin(_sweep_variants()[:-1]), " " + frame["variant"].astype(str), "")
+    return frame["backend"] + " " + frame["precision"] + np.where(frame["compile"], " +compile", "") + source
+
+
+def sweep_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[(frame["mode"] == "infer") & frame["variant"].isin(_sweep_variants())]
 
 
 def _toggle_order() -> dict[str, int]:
@@ -38,7 +50,7 @@ def _toggle_order() -> dict[str, int]:
 
 def ablation_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Per backend and toggle: batch ms, its change against the baseline (negative = faster), speed-up."""
-    rows = frame[(frame["mode"] == "infer") & (frame["variant"] != "sweep")]
+    rows = frame[(frame["mode"] == "infer") & ~frame["variant"].isin(_sweep_variants())]
     med = rows.groupby(["model", "backend", "variant", "global_batch"], dropna=False).agg(
         batch_ms=("step_time_ms_median", "median"), p99_ms=("latency_ms_p99", "median")).reset_index()
     out = []
@@ -63,7 +75,7 @@ def ablation_gaps(not_ok: pd.DataFrame) -> pd.DataFrame:
     """Toggles a backend skipped or failed: model, backend, variant, status, reason (one row each)."""
     if not_ok.empty:
         return pd.DataFrame(columns=["model", "backend", "variant", "status", "error"])
-    rows = not_ok[(not_ok["mode"] == "infer") & ~not_ok["variant"].isin(["sweep", None])]
+    rows = not_ok[(not_ok["mode"] == "infer") & ~not_ok["variant"].isin([*_sweep_variants(), None])]
     return rows[["model", "backend", "variant", "status", "error"]].drop_duplicates(["model", "backend", "variant"])
 
 
@@ -84,7 +96,7 @@ def draw(frame: pd.DataFrame, report, not_ok: pd.DataFrame | None = None) -> Non
     """Add the inference charts (and ablation.md) to ``report``; ``not_ok``: skipped/failed rows."""
     frame = frame.copy()
     frame["infer_label"] = _label(frame)
-    sweep = frame[(frame["mode"] == "infer") & (frame["variant"] == "sweep")]
+    sweep = sweep_rows(frame)
     if not sweep.empty:
         _draw_sweep(report, sweep)
     table = ablation_table(frame)

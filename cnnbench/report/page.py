@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from cnnbench.report.figure import EMULATED_NOTE
+from cnnbench.report.infer import sweep_rows
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1200px;
@@ -92,7 +93,7 @@ def environment(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _infer_summary(frame: pd.DataFrame) -> pd.DataFrame:
     """Inference rows: per model, backend and precision, the sweep's best images/s and its latency."""
-    sweep = frame[(frame["mode"] == "infer") & (frame["variant"] == "sweep")]
+    sweep = sweep_rows(frame)
     out = []
     for (model, backend, precision), part in sweep.groupby(["model", "backend", "precision"]):
         best = part.loc[part["images_per_sec"].astype(float).idxmax()]

@@ -93,10 +93,11 @@ def _train(run: Run, ctx: BuildContext, result_path: Path, is_main: bool) -> Non
 
 
 def _infer(run: Run, result_path: Path) -> None:
-    from cnnbench.infer.measure import run_inference
+    from cnnbench.data.normalize import normalize_uint8_nhwc, synthetic_uint8_nhwc
+    from cnnbench.infer.measure import InferImages, run_inference
 
-    images = data_sources.synthetic_dataset(run.synthetic_size, run.image_size, run.channels,
-                                            run.num_classes, run.seed).train_x
+    pixels = synthetic_uint8_nhwc(run.synthetic_size, run.image_size, run.channels, run.seed)
+    images = InferImages(pixels, normalize_uint8_nhwc(pixels))
     result = run_inference(run, backends.load(run.backend).build_inference, images, _logger(run, True))
     _write_json_atomic(result_path, {**result, "python": envinfo.python_version()})
 

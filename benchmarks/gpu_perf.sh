@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Issue 24 on one GPU, in priority order, each step bounded by `timeout` (about 9 minutes in all):
+#   A. compiled PyTorch training: the whole-step compile, then the model-only compile, each against
+#      its plain peer in the same invocation (benchmarks/gpu_compare.py);
+#   B. inference by input (resident, uint8_pinned, float32_pinned, float32_pageable), compiled bf16,
+#      batches 1..512, PyTorch then JAX, and the plain compiled bf16 forwards at batch 256;
+#   C. JAX training at batch 512 and the whole step with CUDA graphs (reduce-overhead), each beside
+#      its peer.
+#   D. (OPTIONS=1 only, ~6 more minutes) the DDP compile options on one process as option rows:
+#      wrap_ddp_single = true with each ddp_compile mode, and the peers with --ddp.
+# Rows: OUT_DIR/h200_perf.csv; peers: OUT_DIR/peers.jsonl; worker output: OUT_DIR/perf_log.txt;
+# the summary (README tables) on stdout and in OUT_DIR/summary.md.
+# Usage: benchmarks/gpu_perf.sh OUT_DIR        SMOKE=1: tiny sizes on the CPU (checks the paths)
+set -uo pipefail
+out=${1:?usage: gpu_perf.sh OUT_DIR}
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+py=${PYTHON:-python3}
+smoke=${SMOKE:-0}
+export SMOKE=$smoke
+rows=h200_perf.csv
+log="$out/perf_log.txt"
+specs=$(mktemp -d)
+# CPU compilation in SMOKE mode is far slower than on the GPU machine: scale the limits.
+scale=1; [ "$smoke" = 1 ] && scale=4
+limit() { echo $(( $1 * scale )); }
+say() { echo "[gpu_perf $(date -u +%H:%M:%S)] $*"; }
+
+peer() {  # peer NAME SCRIPT ARGS...: one JSON line into peers.jsonl
+  local name=$1 script=$2; shift 2
+  local line
+  line=$(timeout "$(limit 60)" "$py" "benchmarks/plain_peers/$script" "$@" 2>>"$log" | grep '^{' | tail -1)
+  if [ -n "$line" ]; then echo "{\"pair\": \"$name\", ${line#\{}" >>"$out/peers.jsonl"; say "$name: $line";
+  else say "$name: no result (see perf_log.txt)"; fi
+}
+
+say "A. compiled training: whole step, then model only, each beside its plain peer"
+timeout "$(limit 170)" "$py" benchmarks/gpu_compare.py "$out" step,model "$rows" 2>>"$log"
+
+say "B. inference by input, compiled bf16"
+if [ "$smoke" = 1 ]; then
+  infer_changes=('device="cpu"' 'model="smallcnn"' 'image_size=16' 'channels=3' 'num_classes=10'
+                 'infer.batch_sizes=[1, 4]' 'timing.windows=2' 'timing.window_steps=2' 'timing.warmup_steps=1')
+  infer_peer=(--device cpu --arch tiny --image-size 16 --batch 4); jax_peer=(--image-size 32 --batch 2)
+  train_peer=(--device cpu --arch tiny --image-size 16 --batch 4 --optimizer foreach)
+else
+  infer_changes=('infer.batch_sizes=[1, 16, 64, 256, 512]')
+  infer_peer=(--batch 256); jax_peer=(--batch 256); train_peer=()
+fi
+"$py" benchmarks/spec_variant.py experiments/resnet50_infer.toml "$specs/perf_infer.toml" 'name="perf_infer"' \
+  'compile=true' 'precision="bf16"' \
+  'infer.input=["resident", "uint8_pinned", "float32_pinned", "float32_pageable"]' 'infer.latency_samples=10' \
+  del:infer.ablation del:serve.rates "${infer_changes[@]}"
+timeout "$(limit 110)" "$py" -m cnnbench.cli infer "$specs/perf_infer.toml" -b torch --out "$out/$rows" --no-report \
+  >>"$log" 2>&1
+timeout "$(limit 60)" "$py" -m cnnbench.cli infer "$specs/perf_infer.toml" -b jax --out "$out/$rows" --no-report \
+  >>"$log" 2>&1
+peer infer-torch-b256 torch_resnet50_infer.py "${infer_peer[@]}"
+peer infer-jax-b256 jax_resnet50_infer.py "${jax_peer[@]}"
+
+say "C. JAX at batch 512 and the whole step with CUDA graphs, beside their peers"
+timeout "$(limit 150)" "$py" benchmarks/gpu_compare.py "$out" jax-b512,step-cudagraphs "$rows" 2>>"$log"
+
+if [ "${OPTIONS:-0}" = 1 ]; then
+  say "D. DDP compile options on one process (option rows)"
+  for mode in ddp_optimizer no_optimization python_reducer; do
+    "$py" benchmarks/spec_variant.py experiments/resnet50_synthetic.toml "$specs/ddp_$mode.toml" \
+      "name=\"torch_ddp_$mode\"" 'backends=["torch"]' 'compile=true' 'torch.wrap_ddp_single=true' \
+      "torch.ddp_compile=\"$mode\"" 'timeout_s=200'
+    timeout "$(limit 110)" "$py" -m cnnbench.cli run "$specs/ddp_$mode.toml" --devices 1 --out "$out/$rows" \
+      --no-report >>"$log" 2>&1
+    PORT=$((29600 + RANDOM % 100)) peer "ddp-$mode" torch_resnet50.py --compile step --ddp "$mode" "${train_peer[@]}"
+  done
+fi
+
+rm -rf "$specs"
+"$py" benchmarks/perf_summary.py "$out" "$rows" | tee "$out/summary.md"
+exit 0
