@@ -136,7 +136,11 @@ def _lines(ax, panel: pd.DataFrame, metric: Metric) -> bool:
             drew_ideal = True
     if drew_ideal:
         figure.reference(ax.plot([], [], label="dotted: ideal linear (1-device value x N)", **IDEAL_STYLE))
-        ax.set_yscale("log")  # ideal scaling is then a straight line, and small series stay readable
+    ends = panel[[c for c in (metric.column, metric.lo, metric.hi) if c]].to_numpy(dtype=float)
+    ends = ends[np.isfinite(ends) & (ends > 0)]
+    if drew_ideal or (ends.size and ends.max() > 10 * ends.min()):
+        # ideal scaling is then a straight line, and one noisy window does not flatten every other series
+        ax.set_yscale("log")
     figure.log2_axis(ax, panel["devices"], "devices")
     return drew_ideal
 
