@@ -156,7 +156,8 @@ def _bar_axis_label(panel: pd.DataFrame) -> str:
 
 def draw_metric(report, agg: pd.DataFrame, frame: pd.DataFrame, metric: Metric) -> None:
     split = split_panels(agg)
-    fig, axes = figure.panels([title for title, _ in split])
+    widest = max(len(series_of(panel)) for _, panel in split)
+    fig, axes = figure.panels([title for title, _ in split], size=(max(5.0, 0.55 * widest + 1.5), 3.8))
     line_panels = 0
     for ax, (_, panel) in zip(axes, split):
         if panel["devices"].nunique() > 1:
