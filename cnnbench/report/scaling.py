@@ -16,7 +16,7 @@ import pandas as pd
 
 from cnnbench.report import figure
 from cnnbench.report.bars import Bar, draw_bars
-from cnnbench.report.style import IDEAL_STYLE, series_rank, series_style
+from cnnbench.report.style import DEVICE_LINESTYLES, IDEAL_STYLE, series_rank, series_style
 
 PANEL_KEYS = ["model", "precision", "scaling"]
 
@@ -120,14 +120,20 @@ def _bars(ax, panel: pd.DataFrame, metric: Metric) -> None:
 def _lines(ax, panel: pd.DataFrame, metric: Metric) -> bool:
     """Lines against devices; returns whether an ideal-linear reference was drawn."""
     drew_ideal = False
+    same_label: dict[str, int] = {}
     for name, part in series_of(panel):
         style = _style(part)
+        kwargs = style.line_kwargs()
+        # series of one configuration at other batch sizes (or specs): same colour, another line style
+        k = same_label[part["label"].iloc[0]] = same_label.get(part["label"].iloc[0], -1) + 1
+        if k:
+            kwargs["ls"] = DEVICE_LINESTYLES[k % len(DEVICE_LINESTYLES)]
         x, y = part["devices"].to_numpy(dtype=float), part[metric.column].to_numpy(dtype=float)
         if metric.lo:
             err = [y - part[metric.lo].to_numpy(dtype=float), part[metric.hi].to_numpy(dtype=float) - y]
-            ax.errorbar(x, y, yerr=np.clip(err, 0, None), capsize=3, label=name, **style.line_kwargs())
+            ax.errorbar(x, y, yerr=np.clip(err, 0, None), capsize=3, label=name, **kwargs)
         else:
-            ax.plot(x, y, label=name, **style.line_kwargs())
+            ax.plot(x, y, label=name, **kwargs)
         base = part[part["devices"] == 1]
         if metric.ideal and not base.empty and len(x) > 1:
             # in the series' own colour: with several series one grey line per series says nothing
