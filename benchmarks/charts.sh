@@ -16,3 +16,7 @@ report results/digits_scaling results/digits_scaling.csv
 report results/h200 results/h200_resnet50.csv results/h200_resnet18.csv
 report results/h200/h200_infer results/h200_infer.csv
 report results/h200/h200_ablation results/h200_ablation.csv
+report results/h200_keras results/h200_keras.csv
+report results/h200_options results/h200_options.csv
+report results/h200_model_parallel results/h200_model_parallel.csv
+report results/model_parallel_cpu results/model_parallel_cpu.csv

@@ -9,12 +9,14 @@ bar with no value but a ``mark`` (``skipped``, ``failed``) keeps its slot and sa
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cnnbench.report.style import SeriesStyle
 
 GROUP_GAP = 0.6  # in bar widths
+TICK_WIDTH = 24  # characters per line of a bar's label
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,10 @@ def draw_bars(ax, bars: Sequence[Bar], fmt: Callable[[float], str], rotate: bool
                     textcoords="offset points", ha="center", va="top" if below else "bottom",
                     rotation=90 if many else 0, fontsize=7)
     if any(b.tick for b in bars):
-        ax.set_xticks(xs, [b.tick or "" for b in bars], rotation=30 if len(bars) > 3 else 0,
-                      ha="right" if len(bars) > 3 else "center")
+        # long names on two lines rather than squashed axes
+        ticks = [textwrap.fill(b.tick or "", TICK_WIDTH, break_long_words=False) for b in bars]
+        ax.set_xticks(xs, ticks, rotation=30 if len(bars) > 3 else 0, ha="right" if len(bars) > 3 else "center",
+                      rotation_mode="anchor")
     else:
         centres = [sum(v) / len(v) for v in groups.values()]
         ax.set_xticks(centres, list(groups), rotation=20 if len(groups) > 4 else 0,

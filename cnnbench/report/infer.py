@@ -22,6 +22,7 @@ from cnnbench.report.style import IDEAL_STYLE, MODE_LINESTYLE, MODE_NAMES, frame
 
 CHARTS = ("infer_throughput", "infer_latency", "ablation", "serve_latency", "serve_throughput")
 SERVE_MODES = ("serve", "serve-http")
+SERVE_SERIES = ["model", "mode", "backend", "variant", "precision"]  # one line each in the serving charts
 SATURATED = 0.9  # a load is not served once less than this share of the offered requests/s completes
 DELTA_LABEL = "change in ms per batch vs baseline (negative = faster)"
 
@@ -220,12 +221,14 @@ def saturation_rate(part: pd.DataFrame) -> float | None:
 
 def _serve_series(agg: pd.DataFrame):
     several_modes = agg["mode"].nunique() > 1
-    keys = sorted(agg.groupby(["model", "mode", "backend", "variant"]).groups,
-                  key=lambda k: (k[0], framework_rank(k[2]), k[1], k[3]))
-    for model, mode, backend, variant in keys:
-        part = agg[(agg["model"] == model) & (agg["mode"] == mode) & (agg["backend"] == backend)
-                   & (agg["variant"] == variant)].sort_values("arrival_rate_rps")
-        label = f"{backend} {variant}" + (f" ({MODE_NAMES.get(mode, mode)})" if several_modes else "")
+    several_precisions = agg["precision"].nunique() > 1
+    keys = sorted(agg.groupby(SERVE_SERIES).groups, key=lambda k: (k[0], framework_rank(k[2]), k[1], k[3], k[4]))
+    for key in keys:
+        model, mode, backend, variant, precision = key
+        part = agg[(agg[SERVE_SERIES] == pd.Series(key, index=SERVE_SERIES)).all(axis=1)]
+        part = part.sort_values("arrival_rate_rps")
+        label = f"{backend} {variant}" + (f" {precision}" if several_precisions else "")
+        label += f" ({MODE_NAMES.get(mode, mode)})" if several_modes else ""
         style = series_style(backend, variant)
         kwargs = {**style.line_kwargs(), "ls": MODE_LINESTYLE.get(mode, "-.")}
         yield model, label, part, kwargs
@@ -249,7 +252,7 @@ def _load_axis(ax, agg: pd.DataFrame) -> None:
 
 
 def _draw_serve(report, serve: pd.DataFrame) -> None:
-    agg = serve.groupby(["model", "mode", "backend", "variant", "arrival_rate_rps"]).agg(
+    agg = serve.groupby([*SERVE_SERIES, "arrival_rate_rps"]).agg(
         achieved=("images_per_sec", "median"), p50=("latency_ms_p50", "median"),
         p99=("latency_ms_p99", "median"), mean_batch=("mean_batch", "median")).reset_index()
     report.tables["serve"] = agg

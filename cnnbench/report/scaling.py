@@ -16,7 +16,7 @@ import pandas as pd
 
 from cnnbench.report import figure
 from cnnbench.report.bars import Bar, draw_bars
-from cnnbench.report.style import IDEAL_STYLE, series_rank, series_style
+from cnnbench.report.style import DEVICE_LINESTYLES, IDEAL_STYLE, series_rank, series_style
 
 PANEL_KEYS = ["model", "precision", "scaling"]
 
@@ -120,14 +120,20 @@ def _bars(ax, panel: pd.DataFrame, metric: Metric) -> None:
 def _lines(ax, panel: pd.DataFrame, metric: Metric) -> bool:
     """Lines against devices; returns whether an ideal-linear reference was drawn."""
     drew_ideal = False
+    same_label: dict[str, int] = {}
     for name, part in series_of(panel):
         style = _style(part)
+        kwargs = style.line_kwargs()
+        # series of one configuration at other batch sizes (or specs): same colour, another line style
+        k = same_label[part["label"].iloc[0]] = same_label.get(part["label"].iloc[0], -1) + 1
+        if k:
+            kwargs["ls"] = DEVICE_LINESTYLES[k % len(DEVICE_LINESTYLES)]
         x, y = part["devices"].to_numpy(dtype=float), part[metric.column].to_numpy(dtype=float)
         if metric.lo:
             err = [y - part[metric.lo].to_numpy(dtype=float), part[metric.hi].to_numpy(dtype=float) - y]
-            ax.errorbar(x, y, yerr=np.clip(err, 0, None), capsize=3, label=name, **style.line_kwargs())
+            ax.errorbar(x, y, yerr=np.clip(err, 0, None), capsize=3, label=name, **kwargs)
         else:
-            ax.plot(x, y, label=name, **style.line_kwargs())
+            ax.plot(x, y, label=name, **kwargs)
         base = part[part["devices"] == 1]
         if metric.ideal and not base.empty and len(x) > 1:
             # in the series' own colour: with several series one grey line per series says nothing
@@ -136,7 +142,11 @@ def _lines(ax, panel: pd.DataFrame, metric: Metric) -> bool:
             drew_ideal = True
     if drew_ideal:
         figure.reference(ax.plot([], [], label="dotted: ideal linear (1-device value x N)", **IDEAL_STYLE))
-        ax.set_yscale("log")  # ideal scaling is then a straight line, and small series stay readable
+    ends = panel[[c for c in (metric.column, metric.lo, metric.hi) if c]].to_numpy(dtype=float)
+    ends = ends[np.isfinite(ends) & (ends > 0)]
+    if drew_ideal or (ends.size and ends.max() > 10 * ends.min()):
+        # ideal scaling is then a straight line, and one noisy window does not flatten every other series
+        ax.set_yscale("log")
     figure.log2_axis(ax, panel["devices"], "devices")
     return drew_ideal
 
@@ -152,7 +162,8 @@ def _bar_axis_label(panel: pd.DataFrame) -> str:
 
 def draw_metric(report, agg: pd.DataFrame, frame: pd.DataFrame, metric: Metric) -> None:
     split = split_panels(agg)
-    fig, axes = figure.panels([title for title, _ in split])
+    widest = max(len(series_of(panel)) for _, panel in split)
+    fig, axes = figure.panels([title for title, _ in split], size=(max(5.0, 0.55 * widest + 1.5), 3.8))
     line_panels = 0
     for ax, (_, panel) in zip(axes, split):
         if panel["devices"].nunique() > 1:

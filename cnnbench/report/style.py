@@ -30,9 +30,10 @@ SHADE_ORDER: dict[str, tuple[str, ...]] = {
     "keras": ("keras-jax", "keras-torch", "keras-tensorflow"),
 }
 # inference series are told apart by precision, serving series by batching variant
-SUB_ORDER = ("bf16", "fp32", "fp16", "dynamic", "batch1")
+SUB_ORDER = ("bf16", "fp32", "fp16", "dynamic", "batch1", "none")
 
-DEVICE_LINESTYLES = ("-", "--", "-.", ":")  # one per device count where the x-axis is not devices
+# one per device count where the x-axis is not devices, or per batch size of one configuration
+DEVICE_LINESTYLES = ("-", "--", "-.", ":")
 IDEAL_STYLE = {"color": "#777777", "ls": ":", "lw": 1.2}
 
 
