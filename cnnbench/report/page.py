@@ -20,6 +20,7 @@ import pandas as pd
 
 from cnnbench.report.figure import EMULATED_NOTE
 from cnnbench.report.infer import sweep_rows
+from cnnbench.table.spread import NOISY_HEADING
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1200px;
@@ -122,8 +123,14 @@ def render(report: Any, frame: pd.DataFrame, sources: Sequence[Path]) -> str:
                      "is right; their throughput and efficiency say nothing about hardware scaling.</p>")
     parts.append("<h2>Summary</h2>")
     summary = report.out_dir / "summary.md"
+    noisy = ""
     if "summary" in report.files and summary.is_file():
-        parts.append(markdown_table(summary.read_text()))
+        # the noisy-measurement list can be long: a count up here, the list itself after the charts
+        table, _, noisy = summary.read_text().partition(NOISY_HEADING)
+        parts.append(markdown_table(table))
+        if noisy:
+            parts.append(f'<p class="warning">{noisy.count(chr(10) + "- ")} measurements spread too much to be '
+                         'trusted: they are listed under Noisy measurements, after the charts.</p>')
     infer = _infer_summary(frame)
     if not infer.empty:
         parts.append(frame_table(infer))
@@ -138,6 +145,10 @@ def render(report: Any, frame: pd.DataFrame, sources: Sequence[Path]) -> str:
     if report.not_drawn:
         items = "".join(f"<li><b>{_esc(k)}</b>: {_esc(v)}</li>" for k, v in report.not_drawn.items())
         parts.append(f"<p>Not drawn:</p><ul>{items}</ul>")
+    if noisy:
+        items = "".join(f"<li>{_esc(line[2:])}</li>" for line in noisy.splitlines() if line.startswith("- "))
+        intro = next((line for line in noisy.splitlines() if line.strip() and not line.startswith("- ")), "")
+        parts += ['<h2 id="noisy">Noisy measurements</h2>', f"<p>{_esc(intro)}</p><ul>{items}</ul>"]
     parts += ["<h2>Environment</h2>", frame_table(environment(frame))]
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

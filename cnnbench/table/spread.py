@@ -68,10 +68,13 @@ def _label(row) -> str:
     return f"{row.spec_name}: {what}"
 
 
+NOISY_HEADING = "\n## Noisy measurements\n"
+
+
 def noisy_markdown(lines: list[str], limit: float = DEFAULT_SPREAD_LIMIT) -> str:
     """The summary.md section: nothing when no measurement is noisy."""
     if not lines:
         return ""
-    head = (f"\n## Noisy measurements\n\nWindows (p90/p10 of the step time) or trials (images/s) spread by more "
+    head = (f"{NOISY_HEADING}\nWindows (p90/p10 of the step time) or trials (images/s) spread by more "
             f"than {limit:.0%}; these numbers are not to be trusted:\n\n")
     return head + "".join(f"- {line}\n" for line in lines)
