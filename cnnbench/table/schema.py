@@ -79,6 +79,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("batch_timeout_ms", float, "serve: the micro-batcher's deadline from the oldest request's arrival."),
     Column("mean_batch", float, "serve: mean size of the batches the micro-batcher flushed."),
     Column("profile_path", str, "Trace of one window written by --profile (folder or file)."),
+    Column("slurm_job_id", str, "Slurm job that ran it (`sweep --slurm`); empty otherwise."),
     Column("peak_memory_mb", float, "Peak device memory of device 0, MiB (CPU: worker peak RSS)."),
     Column("params", int, "Trainable parameters."),
     Column("train_loss_final", float, "Mean training loss over the last epoch (or last steps)."),
@@ -116,7 +117,7 @@ ADDED_IN_V2: tuple[str, ...] = (
 
 # Columns that schema version 3 added (real input, HTTP serving, health, measurement spread); older
 # files get them empty (`cnnbench upgrade`).
-ADDED_IN_V3: tuple[str, ...] = ()
+ADDED_IN_V3: tuple[str, ...] = ("slurm_job_id",)
 
 # Every version's additions, oldest first: what `cnnbench upgrade` adds to a file of that version.
 ADDED_IN: dict[int, tuple[str, ...]] = {2: ADDED_IN_V2, 3: ADDED_IN_V3}
