@@ -154,6 +154,21 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE OverSubscribe
             parts.append(f"--- {path.name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-20:]))
         return "\n".join(parts)
 
+    def cancel_all(self, timeout_s: float = 30.0) -> None:
+        """scancel every job of this cluster and wait until slurmd has ended them: a job's
+        slurmstepd would outlive slurmd otherwise."""
+        env = {**os.environ, **self.env}
+        if not _alive(self.pids.get("slurmctld", -1)):
+            return
+        subprocess.run(["scancel", "--full", "--user", str(os.getuid())], env=env, capture_output=True, timeout=20)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            queue = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True,
+                                   timeout=20)
+            if queue.returncode != 0 or not queue.stdout.strip():
+                return
+            time.sleep(0.5)
+
     def stop(self) -> None:
         """SIGTERM each daemon by its pid (slurmd first), SIGKILL what is left after a grace."""
         for name in reversed(DAEMONS):
@@ -174,6 +189,8 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE OverSubscribe
 
 
 def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
     with contextlib.suppress(ChildProcessError):
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
