@@ -89,6 +89,16 @@ def test_bad_slurm_fields_are_named(tmp_path, table, field, message):
         parse_spec_text(FAST.replace("[slurm]\n", f"[slurm]\n{table}\n"), "s.toml")
 
 
+def test_bad_command_line_options_exit_2_with_one_line(tmp_path):
+    spec = write_spec(tmp_path, FAST)
+    bad = run_cli("sweep", spec, "--slurm", "--dry-run", "--sbatch", "echo hi", "--out", tmp_path / "r.csv")
+    assert bad.returncode == 2 and "--sbatch: option[0]: expected an sbatch option" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    plan = run_cli("sweep", spec, "--slurm", "--dry-run", "--partition", "p1", "--out", tmp_path / "r.csv")
+    assert plan.returncode == 0 and "1 to submit" in plan.stdout and "1 node(s) x 1 task(s), 35 min" in plan.stdout
+    assert not (tmp_path / "r.slurm").exists()  # a dry run writes nothing
+
+
 def test_devices_that_do_not_fill_nodes_are_refused(tmp_path):
     with pytest.raises(SpecError, match="slurm.devices_per_node: a run of 4 devices cannot be split into nodes of 3"):
         _gpu_runs(tmp_path, "devices_per_node = 3\n")
