@@ -163,10 +163,19 @@ def timeout_sweep(slurm, tmp_path_factory):
     folder = tmp_path_factory.mktemp("timeout")
     spec = write_spec(folder, FAST + 'time_limit_min = 1\nsetup = ["sleep 300"]\n')
     out = folder / "r.csv"
-    return _popen_sweep(slurm, spec, out), out
+    return _popen_sweep(slurm, spec, out), out, spec
 
 
-def test_two_run_sweep_rows_land_and_a_rerun_submits_nothing(slurm, timeout_sweep, tmp_path):
+def test_a_rerun_follows_a_queued_or_running_job_instead_of_submitting_it_again(slurm, timeout_sweep):
+    _, out, spec = timeout_sweep  # seconds after its submission, far from its time limit
+    (job,) = _submitted_jobs(out, 1)
+    again = _sweep(slurm, spec, out)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"slurm job {job} is still on" in again.stderr and again.stdout.split() == [job]
+    assert _submitted_jobs(out, 1) == [job]
+
+
+def test_two_run_sweep_rows_land_and_a_rerun_submits_nothing(slurm, tmp_path):
     spec = write_spec(tmp_path, FAST.replace('["torch"]', '["torch", "jax"]'))
     out = tmp_path / "r.csv"
     done = _sweep(slurm, spec, out, "--wait")
@@ -218,7 +227,7 @@ def test_scancel_of_a_queued_job_gives_a_cancelled_row(slurm, tmp_path):
 
 
 def test_job_past_its_time_limit_gives_a_timeout_row(timeout_sweep):
-    proc, out = timeout_sweep
+    proc, out, _ = timeout_sweep
     try:
         _, stderr = proc.communicate(timeout=180)
     finally:

@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
         run = dataclasses.replace(run, host_rank=place.host_rank, coordinator=place.coordinator)
         print(f"cnnbench host {place.host_rank}/{place.hosts}, coordinator {place.coordinator}: {run.label}",
               file=sys.stderr, flush=True)
-        row, history = execute_one(run)
+        row, history = execute_one(run, verbose=True)  # the worker's output goes to the job's log
         writer = run.host_rank == 0
     row["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
     if writer:

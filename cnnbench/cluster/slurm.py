@@ -444,20 +444,35 @@ def progress_line(jobs: Sequence[TrackedJob], states: dict[str, JobState], rows:
             f"{failed} failed")
 
 
-def follow(ledger: Ledger, out: Path, poll_s: float,
-           sleep: Callable[[float], None] = time.sleep) -> list[dict[str, Any]]:
-    """Poll until every job of the ledger has its row in ``out``; a line whenever something changed."""
-    begun, rows, last = time.monotonic(), [], ""
-    while True:
-        new, active, states = collect(ledger, out)
-        rows += new
-        for row in new:
-            _say(f"  row: {row['backend']}/{row['strategy']} x{row['devices']} {row['status']}"
-                 f"{': ' + row['error'] if row.get('error') else ''}")
-        line = progress_line(active, states, rows, time.monotonic() - begun)
-        if line.split("]", 1)[1] != last:
-            _say(line)
-            last = line.split("]", 1)[1]
-        if not active:
-            return rows
-        sleep(poll_s)
+def follow(ledger: Ledger, out: Path, poll_s: float, sleep: Callable[[float], None] = time.sleep,
+           max_failed_polls: int = 30) -> list[dict[str, Any]]:
+    """Poll until every job of the ledger has its row in ``out``; a line whenever something changed.
+    Slurm not answering for a while (slurmctld restarting) is waited out, up to ``max_failed_polls``."""
+    begun, rows, last, failures = time.monotonic(), [], "", 0
+    try:
+        while True:
+            try:
+                new, active, states = collect(ledger, out)
+            except SlurmError as exc:
+                failures += 1
+                if failures > max_failed_polls:
+                    raise
+                _say(f"slurm did not answer ({exc}); asking again in {poll_s:g} s")
+                sleep(poll_s)
+                continue
+            failures = 0
+            rows += new
+            for row in new:
+                _say(f"  row: {row['backend']}/{row['strategy']} x{row['devices']} {row['status']}"
+                     f"{': ' + row['error'] if row.get('error') else ''}")
+            line = progress_line(active, states, rows, time.monotonic() - begun)
+            if line.split("]", 1)[1] != last:
+                _say(line)
+                last = line.split("]", 1)[1]
+            if not active:
+                return rows
+            sleep(poll_s)
+    except KeyboardInterrupt:
+        _say("cnnbench: stopped following; the slurm jobs keep running, `sweep --slurm --wait` follows them "
+             "again (scancel stops them)")
+        raise

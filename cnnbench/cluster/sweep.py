@@ -19,8 +19,9 @@ from cnnbench.cluster.slurm import (
     submit_runs,
 )
 from cnnbench.run.execute import run_key, split_done
-from cnnbench.runs import Run
+from cnnbench.runs import Run, not_supported
 from cnnbench.spec import SlurmSpec
+from cnnbench.table.rows import skipped_row
 
 
 def _say(text: str) -> None:
@@ -58,7 +59,12 @@ def slurm_sweep(runs: Sequence[Run], out: Path, options: SlurmSpec, *, source: s
     if not submit and not attach and not wait:
         _say("nothing to submit: every run has its row")
         return collected or None
-    jobs = submit_runs(submit, options, ledger, repo=repo)
+    skipped = [skipped_row(run, reason) for run in submit if (reason := not_supported(run))]
+    if skipped:  # a run its framework cannot do is a skipped row, written here without a job
+        store.append_rows(out, skipped)
+        collected += skipped
+        _say(f"{len(skipped)} run(s) written as skipped rows: {skipped[0]['error']}")
+    jobs = submit_runs([run for run in submit if not not_supported(run)], options, ledger, repo=repo)
     if not wait:
         ids = [job.job_id for job in jobs] + [running[run_key(r)].job_id for r in attach]
         print(" ".join(ids))
