@@ -71,8 +71,8 @@ def test_script_asks_for_the_runs_resources(tmp_path):
                  "#SBATCH --account=proj", "#SBATCH --qos=high", "#SBATCH --constraint=h200",
                  "#SBATCH --mem=0", "#SBATCH --exclusive", "module load cuda"):
         assert line in script.splitlines(), line
-    assert ("srun --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 /opt/py/bin/python -m cnnbench.cluster.job"
-            in script)
+    assert ("srun --ntasks=2 --ntasks-per-node=1 --cpus-per-task=32 --kill-on-bad-exit=1 /opt/py/bin/python "
+            "-m cnnbench.cluster.job" in script)
     # every #SBATCH line comes before the first command, or sbatch ignores it
     lines = script.splitlines()
     assert max(i for i, t in enumerate(lines) if t.startswith("#SBATCH")) < lines.index("set -euo pipefail")

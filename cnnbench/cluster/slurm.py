@@ -161,6 +161,8 @@ def render_script(run: Run, options: SlurmSpec, files: JobFiles, *, python: str,
         if value:
             lines.append(f"#SBATCH --{name}={value}")
     lines += list(check_sbatch_lines(run.source, "slurm.extra", options.extra))
+    # srun does not inherit --cpus-per-task from the allocation (Slurm 22.05's srun(1)): the step says it.
+    step_cpus = f" --cpus-per-task={res.cpus_per_task}" if res.cpus_per_task else ""
     lines += ["", "set -euo pipefail", f"cd {q(str(repo))}",
               f'export PYTHONPATH={q(str(repo))}"${{PYTHONPATH:+:$PYTHONPATH}}"']
     if options.setup:
@@ -170,7 +172,7 @@ def render_script(run: Run, options: SlurmSpec, files: JobFiles, *, python: str,
         f"export CNNBENCH_COORDINATOR_PORT=$({q(python)} -c "
         "'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])')",
         "# One task per cnnbench host; SLURM_PROCID/SLURM_NTASKS/SLURM_JOB_NODELIST give each its place.",
-        f"srun --ntasks={run.hosts} --ntasks-per-node={res.tasks_per_node} --kill-on-bad-exit=1 "
+        f"srun --ntasks={run.hosts} --ntasks-per-node={res.tasks_per_node}{step_cpus} --kill-on-bad-exit=1 "
         f"{q(python)} -m cnnbench.cluster.job {q(str(files.run_json))} {q(str(files.rows))}",
         ""]
     return "\n".join(lines)
