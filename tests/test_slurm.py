@@ -65,11 +65,11 @@ def test_script_asks_for_the_runs_resources(tmp_path):
     assert (small.hosts, large.hosts) == (1, 2)
     assert resources(large, spec.slurm).describe() == "2 node(s) x 1 task(s), 8 GPU(s)/node, 35 min"
     script = render_script(large, spec.slurm, JobFiles(tmp_path, large.run_id), python="/opt/py/bin/python",
-                           repo=REPO)
+                           repo=REPO, workdir=tmp_path)
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
                  "#SBATCH --cpus-per-task=32", "#SBATCH --time=35", "#SBATCH --partition=gpu",
                  "#SBATCH --account=proj", "#SBATCH --qos=high", "#SBATCH --constraint=h200",
-                 "#SBATCH --mem=0", "#SBATCH --exclusive", "module load cuda"):
+                 "#SBATCH --mem=0", "#SBATCH --exclusive", "module load cuda", f"#SBATCH --chdir={tmp_path}"):
         assert line in script.splitlines(), line
     assert ("srun --ntasks=2 --ntasks-per-node=1 --cpus-per-task=32 --kill-on-bad-exit=1 /opt/py/bin/python "
             "-m cnnbench.cluster.job" in script)
@@ -133,8 +133,11 @@ def slurm():
         cluster.stop()
 
 
-def _sweep(slurm, spec: Path, out: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return run_cli("sweep", spec, "--slurm", "--out", out, *args, timeout=timeout, env=slurm.env)
+def _sweep(slurm, spec: Path, out: Path, *args: str, timeout: float = 300, cwd: Path = REPO
+           ) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cnnbench.cli", "sweep", str(spec), "--slurm", "--out", str(out),
+                           *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env={**os.environ, **slurm.env, "PYTHONPATH": str(REPO)})
 
 
 def _popen_sweep(slurm, spec: Path, out: Path, *args: str) -> subprocess.Popen:
@@ -198,10 +201,11 @@ def test_two_run_sweep_rows_land_and_a_rerun_submits_nothing(slurm, tmp_path):
 def test_two_tasks_stand_in_for_two_hosts(slurm, tmp_path):
     text = (FAST.replace('["torch"]', '["jax"]').replace("devices = [1]", "devices = [2]")
             .replace("per_device_batch = 64", "per_device_batch = 32"))
-    spec = write_spec(tmp_path, text + "devices_per_node = 1\nhosts_per_node = 2\n")
-    out = tmp_path / "r.csv"
-    done = _sweep(slurm, spec, out, "--wait", "--no-report")
+    write_spec(tmp_path, text + "devices_per_node = 1\nhosts_per_node = 2\n")
+    # relative paths, from another folder: the script names its files absolutely and runs where sweep ran
+    done = _sweep(slurm, Path("spec.toml"), Path("r.csv"), "--wait", "--no-report", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
+    out = tmp_path / "r.csv"
     (row,) = store.read_rows(out)
     assert (row["status"], row["hosts"], row["devices"]) == ("ok", 2, 2), row["error"]
     (log,) = out.with_name("r.slurm").glob("*.out")

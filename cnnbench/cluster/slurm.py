@@ -137,8 +137,10 @@ class JobFiles:
         return self.folder / f"{self.run_id}.{job_id or '%j'}.out"
 
 
-def render_script(run: Run, options: SlurmSpec, files: JobFiles, *, python: str, repo: Path) -> str:
-    """The batch script of one run: resources, then one srun task per cnnbench host."""
+def render_script(run: Run, options: SlurmSpec, files: JobFiles, *, python: str, repo: Path,
+                  workdir: Path) -> str:
+    """The batch script of one run: resources, then one srun task per cnnbench host. It runs in the
+    folder `sweep` was started in (relative paths of the spec mean the same), with cnnbench from ``repo``."""
     res = resources(run, options)
     q = shlex.quote
     lines = ["#!/bin/bash",
@@ -149,6 +151,7 @@ def render_script(run: Run, options: SlurmSpec, files: JobFiles, *, python: str,
              f"#SBATCH --ntasks-per-node={res.tasks_per_node}",
              f"#SBATCH --time={res.time_limit_min}",
              f"#SBATCH --output={files.log()}",
+             f"#SBATCH --chdir={workdir}",
              # A requeued job would rerun under the same id; a NODE_FAIL row and a resubmission
              # by the next `sweep --slurm` say more.
              "#SBATCH --no-requeue"]
@@ -163,7 +166,7 @@ def render_script(run: Run, options: SlurmSpec, files: JobFiles, *, python: str,
     lines += list(check_sbatch_lines(run.source, "slurm.extra", options.extra))
     # srun does not inherit --cpus-per-task from the allocation (Slurm 22.05's srun(1)): the step says it.
     step_cpus = f" --cpus-per-task={res.cpus_per_task}" if res.cpus_per_task else ""
-    lines += ["", "set -euo pipefail", f"cd {q(str(repo))}",
+    lines += ["", "set -euo pipefail",
               f'export PYTHONPATH={q(str(repo))}"${{PYTHONPATH:+:$PYTHONPATH}}"']
     if options.setup:
         lines += ["# [slurm] setup", *options.setup]
@@ -284,7 +287,7 @@ class Ledger:
     """``jobs.jsonl``: one line per submitted job, one more when its row is in the results CSV."""
 
     def __init__(self, folder: Path) -> None:
-        self.folder = folder
+        self.folder = folder.absolute()  # the scripts name their files from any working directory
         self.path = folder / "jobs.jsonl"
 
     def _append(self, entry: dict[str, Any]) -> None:
@@ -422,7 +425,7 @@ def submit_runs(runs: Sequence[Run], options: SlurmSpec, ledger: Ledger, *, repo
         files = JobFiles(ledger.folder, run.run_id)
         ledger.folder.mkdir(parents=True, exist_ok=True)
         files.run_json.write_text(run.to_json())
-        files.script.write_text(render_script(run, options, files, python=python, repo=repo))
+        files.script.write_text(render_script(run, options, files, python=python, repo=repo, workdir=Path.cwd()))
         files.script.chmod(0o755)
         job = TrackedJob(submit(files.script), run, files)
         ledger.record_submitted(job)
