@@ -108,6 +108,12 @@ def append_rows(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     append_table(path, COLUMN_NAMES, rows, format_cell)
 
 
+def _history_cell(name: str, value: Any) -> str:
+    if value is None:
+        return ""
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
 def append_history(results_csv: Path, run_id: str, history: Sequence[dict[str, Any]]) -> None:
     rows = [{"run_id": run_id, **entry} for entry in history]
     append_table(history_path(results_csv), HISTORY_COLUMNS, rows, _history_cell)
@@ -126,12 +132,6 @@ def write_new_table(path: Path, header: Sequence[str], rows: Sequence[dict[str, 
     finally:
         os.close(fd)
     os.replace(tmp, path)
-
-
-def _history_cell(name: str, value: Any) -> str:
-    if value is None:
-        return ""
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def write_rows_file(path: Path, rows: Sequence[dict[str, Any]], history: Sequence[dict[str, Any]] = ()) -> None:
