@@ -143,6 +143,8 @@ def sweep(
 
     _check_device(device)
     if slurm:
+        if peak_tflops is not None:
+            raise UserError("--peak-tflops: not with --slurm (each job's row takes its GPU's known peak)")
         _slurm_sweep(spec, out, backend=backend, devices=devices, device=device, force=force, dry_run=dry_run,
                      wait=wait, no_report=no_report, overrides=dict(partition=partition, account=account, qos=qos,
                                                                     constraint=constraint, extra=sbatch))
