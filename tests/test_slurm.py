@@ -20,6 +20,9 @@ from slurm_cluster import LocalSlurm, slurm_installed
 from cnnbench.cluster.allocation import AllocationError, placement, tasks_per_node
 from cnnbench.cluster.slurm import (
     JobFiles,
+    Ledger,
+    TrackedJob,
+    collect,
     parse_sacct,
     parse_scontrol_jobs,
     place_runs,
@@ -228,6 +231,24 @@ def test_scancel_of_a_queued_job_gives_a_cancelled_row(slurm, tmp_path):
     assert proc.returncode == 1, stderr[-2000:]
     (row,) = store.read_rows(out)
     assert row["status"] == "failed" and f"slurm job {job} ended CANCELLED" in row["error"]
+
+
+def test_a_job_slurm_no_longer_knows_gives_a_row_saying_so(slurm, tmp_path, monkeypatch):
+    """As after MinJobAge on a cluster without accounting storage: scontrol has forgotten the job and
+    sacct answers "accounting storage is disabled"."""
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    spec = parse_spec_text(FAST, str(tmp_path / "s.toml"))
+    (run,) = place_runs(expand(spec), spec.slurm, spec.source)
+    ledger = Ledger(tmp_path / "r.slurm")
+    files = JobFiles(ledger.folder, run.run_id)
+    ledger.folder.mkdir()
+    files.run_json.write_text(run.to_json())
+    ledger.record_submitted(TrackedJob("987654", run, files))
+    rows, active, _ = collect(ledger, tmp_path / "r.csv")
+    assert not active and [r["status"] for r in rows] == ["failed"]
+    assert "slurm job 987654 ended; its state is unknown" in rows[0]["error"]
+    assert store.read_rows(tmp_path / "r.csv")[0]["slurm_job_id"] == "987654"
+    assert collect(ledger, tmp_path / "r.csv")[0] == []  # settled: not written twice
 
 
 def test_job_past_its_time_limit_gives_a_timeout_row(timeout_sweep):
