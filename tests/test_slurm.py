@@ -19,7 +19,9 @@ from slurm_cluster import LocalSlurm, slurm_installed
 
 from cnnbench.cluster.allocation import AllocationError, placement, tasks_per_node
 from cnnbench.cluster.slurm import (
+    ROW_GRACE_S,
     JobFiles,
+    JobState,
     Ledger,
     TrackedJob,
     collect,
@@ -28,6 +30,7 @@ from cnnbench.cluster.slurm import (
     place_runs,
     render_script,
     resources,
+    row_may_still_show,
 )
 from cnnbench.errors import SpecError
 from cnnbench.runs import expand
@@ -114,6 +117,24 @@ def test_job_states_from_scontrol_and_sacct():
     assert (states["7"].state, states["7"].active, states["8"].active) == ("TIMEOUT", False, True)
     accounted = parse_sacct("9|CANCELLED by 1000|0:15|gpu[01-02]|None\n10|NODE_FAIL|1:0|gpu03|\n")
     assert accounted["9"].state == "CANCELLED" and accounted["10"].state == "NODE_FAIL"
+
+
+def test_a_job_that_ended_by_itself_waits_for_its_row_before_a_failed_row(tmp_path):
+    """NFS may show the job's row file late on the submitting host: COMPLETED or FAILED without a row
+    is given ROW_GRACE_S (remembered in the ledger across reruns); TIMEOUT and the like are not."""
+    spec = parse_spec_text(FAST, str(tmp_path / "s.toml"))
+    (run,) = place_runs(expand(spec), spec.slurm, spec.source)
+    ledger = Ledger(tmp_path / "r.slurm")
+    job = TrackedJob("5", run, JobFiles(ledger.folder, run.run_id))
+    ledger.folder.mkdir()
+    job.files.run_json.write_text(run.to_json())
+    ledger.record_submitted(job)
+    assert row_may_still_show(ledger, job, JobState("COMPLETED"), now=1000.0)
+    (again,) = ledger.jobs()  # a rerun reads when it was first seen ended
+    assert again.ended_seen == 1000.0
+    assert row_may_still_show(ledger, again, JobState("FAILED"), now=1000.0 + ROW_GRACE_S - 1)
+    assert not row_may_still_show(ledger, again, JobState("COMPLETED"), now=1000.0 + ROW_GRACE_S + 1)
+    assert not row_may_still_show(ledger, job, JobState("TIMEOUT"), now=1000.0)
 
 
 # -- against a real cluster ----------------------------------------------------------------------------

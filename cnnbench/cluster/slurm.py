@@ -49,6 +49,12 @@ ACTIVE_STATES = frozenset({
     "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD",
 })
 SLURM_COMMAND_TIMEOUT_S = 60.0
+# A job that ended by itself (COMPLETED, FAILED) has written its row, but on NFS the submitting host may
+# not see the new file for a while (its directory attributes are cached, acdirmax is 60 s by default):
+# such a job gets a failed row only when its row is still missing this long after it was seen ended.
+# A job Slurm ended (TIMEOUT, CANCELLED, NODE_FAIL, ...) was killed before it could write one.
+ROW_GRACE_S = 90.0
+ENDED_BY_ITSELF = frozenset({"COMPLETED", "FAILED"})
 
 
 class SlurmError(UserError):
@@ -277,6 +283,7 @@ class TrackedJob:
     run: Run
     files: JobFiles
     settled: str = ""  # the state it ended in, once its row is in the results file
+    ended_seen: float = 0.0  # when it was first seen ended by itself without a row (time.time())
 
     @property
     def log(self) -> Path:
@@ -303,6 +310,10 @@ class Ledger:
         job.settled = state
         self._append({"job_id": job.job_id, "settled": state})
 
+    def record_ended_seen(self, job: TrackedJob, when: float) -> None:
+        job.ended_seen = when
+        self._append({"job_id": job.job_id, "ended_seen": when})
+
     def jobs(self) -> list[TrackedJob]:
         if not self.path.exists():
             return []
@@ -314,6 +325,8 @@ class Ledger:
                 continue
             if "settled" in entry and entry["job_id"] in tracked:
                 tracked[entry["job_id"]].settled = entry["settled"]
+            elif "ended_seen" in entry and entry["job_id"] in tracked:
+                tracked[entry["job_id"]].ended_seen = entry["ended_seen"]
             elif "run_id" in entry:
                 files = JobFiles(self.folder, entry["run_id"])
                 if files.run_json.exists():
@@ -387,6 +400,15 @@ def _job_has_row(job: TrackedJob) -> bool:
     return any(r.get("slurm_job_id") == job.job_id for r in store.read_rows(job.files.rows))
 
 
+def row_may_still_show(ledger: Ledger, job: TrackedJob, state: JobState, now: float) -> bool:
+    """Whether a job that ended without a visible row may still show one (see ROW_GRACE_S)."""
+    if state.state not in ENDED_BY_ITSELF:
+        return False
+    if not job.ended_seen:
+        ledger.record_ended_seen(job, now)
+    return now - job.ended_seen < ROW_GRACE_S
+
+
 def collect(ledger: Ledger, out: Path) -> tuple[list[dict[str, Any]], list[TrackedJob], dict[str, JobState]]:
     """Merge finished jobs' rows into ``out``, write failed rows for jobs Slurm ended without one.
     Returns (rows appended now, jobs still active, the states seen)."""
@@ -400,7 +422,7 @@ def collect(ledger: Ledger, out: Path) -> tuple[list[dict[str, Any]], list[Track
         state = states.get(job.job_id)
         if _job_has_row(job):
             ledger.record_settled(job, state.state if state else "ROW")
-        elif state is not None and state.active:
+        elif state is not None and (state.active or row_may_still_show(ledger, job, state, time.time())):
             active.append(job)
         else:
             row = killed_row(job, state)
