@@ -7,6 +7,7 @@ import atexit
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -146,6 +147,7 @@ def slurm():
     by their pids, also when a test fails (atexit covers a session that dies without teardown)."""
     if not slurm_installed():
         pytest.fail("Slurm is not installed: `apt-get install slurm-wlm munge` (the Makefile's test-deps does it)")
+    # A short path of its own: munged's socket path must stay within the 108 bytes of AF_UNIX.
     root = Path(tempfile.mkdtemp(prefix="cnnbench-slurm-"))
     cluster = LocalSlurm(root)
     atexit.register(cluster.stop)
@@ -155,6 +157,7 @@ def slurm():
     finally:
         cluster.cancel_all()
         cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _sweep(slurm, spec: Path, out: Path, *args: str, timeout: float = 300, cwd: Path = REPO
