@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PROFILE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 STAMP := $(VENV)/.installed-$(PROFILE)
 
-.PHONY: run test lint install clean browser
+.PHONY: run test test-deps lint install clean browser
 
 install: $(STAMP)
 
@@ -21,7 +21,16 @@ $(STAMP): pyproject.toml constraints/$(PROFILE).txt
 run: $(STAMP)
 	$(BIN)/cnnbench run
 
-test: $(STAMP) browser
+# The Slurm tests start a real one-node cluster (tests/slurm_cluster.py): Debian's slurm-wlm and
+# munge, installed here where missing (as root, through apt-get).
+test-deps:
+	@command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null || \
+	{ if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge; \
+	  else echo "make test: the Slurm tests need slurm-wlm and munge: sudo apt-get install slurm-wlm munge" >&2; \
+	    exit 1; fi; }
+
+test: $(STAMP) browser test-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

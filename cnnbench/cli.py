@@ -195,6 +195,16 @@ def sweep(
     peak_tflops: PeakTflopsOpt = None,
     verbose: VerboseOpt = False,
     no_report: NoReportOpt = False,
+    slurm: Annotated[bool, typer.Option("--slurm", help="Submit each run as a Slurm batch job (scripts kept in "
+                                                        "OUT's folder, <out>.slurm/).")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="With --slurm: follow the jobs until every row is in, "
+                                                      "then draw the charts.")] = False,
+    partition: Annotated[Optional[str], typer.Option(help="With --slurm: #SBATCH --partition.")] = None,
+    account: Annotated[Optional[str], typer.Option(help="With --slurm: #SBATCH --account.")] = None,
+    qos: Annotated[Optional[str], typer.Option(help="With --slurm: #SBATCH --qos.")] = None,
+    constraint: Annotated[Optional[str], typer.Option(help="With --slurm: #SBATCH --constraint.")] = None,
+    sbatch: Annotated[Optional[list[str]], typer.Option(
+        help="With --slurm: one more #SBATCH line, e.g. --sbatch=--mem=64G (repeatable).")] = None,
 ) -> None:
     """Run every run of a spec that has no ok row in OUT yet: an interrupted sweep resumes."""
     from cnnbench.run.execute import execute_runs, split_done
@@ -203,6 +213,15 @@ def sweep(
     from cnnbench.spec import load_spec
 
     _check_device(device)
+    if slurm:
+        if peak_tflops is not None:
+            raise UserError("--peak-tflops: not with --slurm (each job's row takes its GPU's known peak)")
+        _slurm_sweep(spec, out, backend=backend, devices=devices, device=device, force=force, dry_run=dry_run,
+                     wait=wait, no_report=no_report, overrides=dict(partition=partition, account=account, qos=qos,
+                                                                    constraint=constraint, extra=sbatch))
+        return
+    if wait:
+        raise UserError("--wait: only with --slurm")
     runs = expand(load_spec(spec), backends=_parse_backends(backend), devices=_parse_devices(devices),
                   device_kind=device, check_devices=not dry_run)
     todo, done = (runs, []) if force else split_done(runs, out)
@@ -217,6 +236,24 @@ def sweep(
         print(f"skipping {len(done)} run(s) already ok in {out}", file=sys.stderr)
     rows = execute_runs(todo, out, verbose=verbose, peak_tflops=peak_tflops)
     _finish(rows, out, wrote=True, report=not no_report)
+
+
+def _slurm_sweep(spec: Path, out: Path, *, backend, devices, device, force: bool, dry_run: bool, wait: bool,
+                 no_report: bool, overrides: dict) -> None:
+    from cnnbench.cluster.slurm import with_overrides
+    from cnnbench.cluster.sweep import slurm_sweep
+    from cnnbench.runs import expand
+    from cnnbench.spec import load_spec
+
+    parsed = load_spec(spec)
+    # The submitting host is often a login node without GPUs: "auto" means the cluster's GPUs here.
+    kind = device or ("gpu" if parsed.device == "auto" else parsed.device)
+    runs = expand(parsed, backends=_parse_backends(backend), devices=_parse_devices(devices), device_kind=kind,
+                  check_devices=False)
+    rows = slurm_sweep(runs, out, with_overrides(parsed.slurm, **overrides), source=str(spec), repo=REPO_ROOT,
+                       wait=wait, force=force, dry_run=dry_run)
+    if rows is not None:
+        _finish(rows, out, wrote=True, report=wait and not no_report)
 
 
 @app.command()

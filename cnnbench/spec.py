@@ -151,6 +151,25 @@ class ServeSpec:
 
 
 @dataclass(frozen=True)
+class SlurmSpec:
+    """`cnnbench sweep --slurm`: how each run becomes a batch job (CLI options override these)."""
+
+    partition: str = _f("", "#SBATCH --partition (empty: the cluster's default).")
+    account: str = _f("", "#SBATCH --account.")
+    qos: str = _f("", "#SBATCH --qos.")
+    constraint: str = _f("", "#SBATCH --constraint, e.g. \"h100|h200\".")
+    devices_per_node: int = _f(0, "Most devices of one run on one node: a run of more spans "
+                                  "devices / devices_per_node nodes (0: every run on one node).", min=0)
+    cpus_per_task: int = _f(0, "#SBATCH --cpus-per-task, one task per host (0: the cluster's default).", min=0)
+    time_limit_min: int = _f(0, "#SBATCH --time in minutes (0: timeout_s plus a start-up margin).", min=0)
+    extra: tuple[str, ...] = _f((), "More #SBATCH lines, e.g. \"--mem=64G\" or \"#SBATCH --exclusive\".")
+    setup: tuple[str, ...] = _f((), "Shell lines the job runs before srun, e.g. \"module load cuda\".")
+    hosts_per_node: int = _f(1, "cnnbench hosts sharing one node: 1 on a cluster; more lets one machine "
+                                "stand in for several nodes (testing).", min=1)
+    poll_s: float = _f(10.0, "How often `--wait` asks Slurm about the jobs, seconds.", min=0.1)
+
+
+@dataclass(frozen=True)
 class Spec:
     """One experiment: a model, a dataset, and the axes to sweep."""
 
@@ -189,6 +208,7 @@ class Spec:
     keras: KerasOptions = _f(KerasOptions(), "Keras 3 options.")
     infer: InferSpec = _f(InferSpec(), "Inference benchmark (`cnnbench infer`).")
     serve: ServeSpec = _f(ServeSpec(), "Dynamic batching under load (`cnnbench infer`).")
+    slurm: SlurmSpec = _f(SlurmSpec(), "Batch jobs of `cnnbench sweep --slurm`.")
     source: str = field(default="<spec>", metadata={"internal": True})
 
     def backend_options(self, backend: str) -> Any:
@@ -322,6 +342,10 @@ def _check_consistency(spec: Spec) -> None:
     _check_torch_compile(spec)
     if spec.sync_bn and not model.has_batchnorm:
         raise SpecError(src, "sync_bn", f"model {spec.model} has no batch norm")
+    check_sbatch_lines(src, "slurm.extra", spec.slurm.extra)
+    for index, line in enumerate(spec.slurm.setup):
+        if "\n" in line or "\r" in line:
+            raise SpecError(src, f"slurm.setup[{index}]", "expected one shell line per item, found a newline")
     for strong_batch in spec.global_batch if "strong" in spec.scaling else ():
         for n in spec.devices:
             if strong_batch % n:
@@ -341,6 +365,19 @@ def _check_torch_compile(spec: Spec) -> None:
     if torch.ddp_compile == "no_optimization" and torch.compiled_autograd:
         raise SpecError(spec.source, "torch.ddp_compile",
                         "no_optimization cannot be combined with compiled_autograd (PyTorch refuses it)")
+def check_sbatch_lines(source: str, field_name: str, lines: tuple[str, ...]) -> tuple[str, ...]:
+    """Extra #SBATCH lines, given as ``--opt=value`` or ``#SBATCH --opt=value``: normalised to the
+    latter; anything else (a newline, a shell command) would end up in the script, so it is refused."""
+    normalised = []
+    for index, line in enumerate(lines):
+        text = line.strip()
+        text = text if text.startswith("#SBATCH ") else f"#SBATCH {text}"
+        option = text.removeprefix("#SBATCH ").strip()
+        if "\n" in line or "\r" in line or not option.startswith("-"):
+            raise SpecError(source, f"{field_name}[{index}]",
+                            f"expected an sbatch option such as \"--mem=64G\", found {line!r}")
+        normalised.append(f"#SBATCH {option}")
+    return tuple(normalised)
 
 
 def check_training_batches(spec: Spec) -> None:
@@ -355,7 +392,7 @@ def spec_hash(spec: Spec) -> str:
     """Hash of the fields that fix what one run computes; the swept lists are left out, so a
     sweep that gains a device count or a trial still recognises the runs it already has."""
     swept = {"name", "backends", "devices", "scaling", "per_device_batch", "global_batch",
-             "precision", "trials", "timeout_s", "source", "infer", "serve"}
+             "precision", "trials", "timeout_s", "source", "infer", "serve", "slurm"}
     fixed = {k: v for k, v in dataclasses.asdict(spec).items() if k not in swept}
     # How noisy a run may be before it is flagged changes nothing it computes.
     fixed["timing"] = {k: v for k, v in fixed["timing"].items() if k != "spread_limit"}

@@ -62,7 +62,8 @@ def worker_command(run: Run, layout: Layout, run_json: Path, result_json: Path,
     if not layout.torchrun:
         return [sys.executable, *worker]
     if run.hosts > 1:
-        addr, port = run.coordinator.rsplit(":", 1)
+        # --coordinator may list every host (TF_CONFIG needs them all); host 0's comes first.
+        addr, port = run.coordinator.split(",")[0].rsplit(":", 1)
         # Static rendezvous keeps node rank = host rank, so global rank 0 (the writer) is on host 0.
         place = ["--nnodes", str(run.hosts), "--node-rank", str(run.host_rank),
                  "--master-addr", addr, "--master-port", port]

@@ -82,6 +82,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("step_time_spread", float, "p90 / p10 - 1 of the per-window step times (0.4: the slow windows 40% "
                                       "slower than the fast ones); above timing.spread_limit the run is "
                                       "flagged as noisy."),
+    Column("slurm_job_id", str, "Slurm job that ran it (`sweep --slurm`); empty otherwise."),
     Column("peak_memory_mb", float, "Peak device memory of device 0, MiB (CPU: worker peak RSS)."),
     Column("params", int, "Trainable parameters."),
     Column("train_loss_final", float, "Mean training loss over the last epoch (or last steps)."),
@@ -119,7 +120,7 @@ ADDED_IN_V2: tuple[str, ...] = (
 
 # Columns that schema version 3 added (real input, HTTP serving, health, measurement spread); older
 # files get them empty (`cnnbench upgrade`).
-ADDED_IN_V3: tuple[str, ...] = ("step_time_spread",)
+ADDED_IN_V3: tuple[str, ...] = ("step_time_spread", "slurm_job_id")
 
 # Every version's additions, oldest first: what `cnnbench upgrade` adds to a file of that version.
 ADDED_IN: dict[int, tuple[str, ...]] = {2: ADDED_IN_V2, 3: ADDED_IN_V3}

@@ -147,11 +147,39 @@ def append_rows(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     append_table(path, COLUMN_NAMES, rows, format_cell)
 
 
+def _history_cell(name: str, value: Any) -> str:
+    if value is None:
+        return ""
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
 def append_history(results_csv: Path, run_id: str, history: Sequence[dict[str, Any]]) -> None:
     rows = [{"run_id": run_id, **entry} for entry in history]
-    append_table(history_path(results_csv), HISTORY_COLUMNS, rows,
-                 lambda name, value: "" if value is None else (f"{value:.6g}" if isinstance(value, float)
-                                                               else str(value)))
+    append_table(history_path(results_csv), HISTORY_COLUMNS, rows, _history_cell)
+
+
+def write_new_table(path: Path, header: Sequence[str], rows: Sequence[dict[str, Any]],
+                    formatter=lambda name, value: "" if value is None else str(value)) -> None:
+    """Write a file that only this process writes, without a lock: a temporary file renamed over it
+    (atomic on NFS and Lustre too, where a lock may be node-local or refused)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, _render(header, rows, True, formatter))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def write_rows_file(path: Path, rows: Sequence[dict[str, Any]], history: Sequence[dict[str, Any]] = ()) -> None:
+    """One job's own results file (and its history next to it), written whole; see :func:`write_new_table`."""
+    write_new_table(path, COLUMN_NAMES, rows, format_cell)
+    if history:
+        run_id = rows[0]["run_id"]
+        write_new_table(history_path(path), HISTORY_COLUMNS, [{"run_id": run_id, **e} for e in history],
+                        _history_cell)
 
 
 def upgrade_file(path: Path) -> int:

@@ -1,0 +1,1 @@
+"""Schedulers: Slurm batch scripts, job states, and the allocation seen from inside a job."""
