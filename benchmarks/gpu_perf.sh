@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 24 on one GPU, in priority order, each step bounded by `timeout` (about 9 minutes in all):
+# Compiled training and inference by input on one GPU, in priority order, each step bounded by
+# `timeout` (about 9 minutes in all):
 #   A. compiled PyTorch training: the whole-step compile, then the model-only compile, each against
 #      its plain peer in the same invocation (benchmarks/gpu_compare.py);
 #   B. inference by input (resident, uint8_pinned, float32_pinned, float32_pageable), compiled bf16,

@@ -66,6 +66,11 @@ def test_strong_scaling_indivisible_names_numbers():
     ('scaling = "diagonal"\n', "scaling"),
     ("image_size = 32\n", "image_size"),
     ('data_path = "/nowhere"\n', "data_path"),
+    ('[torch]\ncompile_scope = "graph"\n', "torch.compile_scope"),
+    ('[torch]\ncompile_scope = "model"\ncompiled_autograd = true\n', "torch.compiled_autograd"),
+    ('[torch]\ncompile_scope = "model"\nddp_compile = "python_reducer"\n', "torch.ddp_compile"),
+    ('[torch]\nddp_compile = "no_optimization"\ncompiled_autograd = true\n', "torch.ddp_compile"),
+    ('[infer]\ninput = ["resident", "uint16_pinned"]\n', "infer.input[1]"),
 ])
 def test_bad_field_is_named(extra, field):
     key = extra.split("=")[0].strip()
