@@ -55,6 +55,7 @@ def test_sweep_rows_per_batch_size(infer_rows):
             assert r["latency_ms_p50"] <= r["latency_ms_p90"] <= r["latency_ms_p99"]
             assert r["images_per_sec"] == pytest.approx(r["global_batch"] / (r["step_time_ms_median"] / 1000), rel=0.01)
             assert r["first_step_s"] > 0 and r["windows"] == 3
+            assert r["step_time_spread"] == pytest.approx(r["step_time_ms_p90"] / r["step_time_ms_p10"] - 1, rel=1e-4)
     # JAX always jits; the keras backend has no inference path: one skipped row says so
     assert all(r["compile"] for r in rows if r["backend"] == "jax" and r["variant"] == "sweep")
     (keras,) = [r for r in rows if r["backend"] == "keras"]
