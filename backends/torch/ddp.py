@@ -229,7 +229,8 @@ class TorchTrainer:
     def profiler(self, directory):
         from backends import profilers
 
-        return profilers.torch_trace(directory, self.run.device_kind == "gpu")
+        return profilers.torch_trace(directory, self.run.device_kind == "gpu",
+                                     module=None if self.run.compile else self.module)
 
     def close(self) -> None:
         import torch.distributed as dist

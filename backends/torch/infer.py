@@ -27,6 +27,7 @@ class TorchInference:
         self.memory_format = torch.channels_last if variant.channels_last else torch.contiguous_format
         model = build_model(run.model, run.image_size, run.channels, run.num_classes)
         model = model.to(self.device, memory_format=self.memory_format).eval()
+        self.eager_model = None if variant.compile else model  # layer scopes in traces (eager only)
         if variant.compile:
             # One graph per batch size, each specialised (as jit does): without this, the second
             # shape switches dynamo to dynamic shapes, and past the recompile limit it falls back
@@ -58,7 +59,7 @@ class TorchInference:
             torch.cuda.synchronize()
 
     def profiler(self, directory: Path) -> contextlib.AbstractContextManager:
-        return profilers.torch_trace(directory, self.on_gpu)
+        return profilers.torch_trace(directory, self.on_gpu, module=self.eager_model)
 
     def device_name(self) -> str:
         return torch.cuda.get_device_name(0) if self.on_gpu else envinfo.cpu_name()
