@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from backends import profilers
+from backends.torch.common import apply_cudnn_options, pinned
 from backends.torch.models import build_model
 from cnnbench import envinfo
 from cnnbench.infer.plan import Variant
@@ -21,7 +22,7 @@ class TorchInference:
         self.on_gpu = run.device_kind == "gpu"
         self.device = torch.device("cuda", 0) if self.on_gpu else torch.device("cpu")
         if self.on_gpu:
-            torch.backends.cudnn.benchmark = True
+            apply_cudnn_options(run.options)
             torch.set_float32_matmul_precision("high")
         torch.manual_seed(run.seed)
         self.memory_format = torch.channels_last if variant.channels_last else torch.contiguous_format
@@ -43,7 +44,7 @@ class TorchInference:
 
     def host_batch(self, images: np.ndarray) -> torch.Tensor:
         batch = torch.from_numpy(np.ascontiguousarray(images))
-        return batch.pin_memory() if self.pinned else batch
+        return pinned(batch) if self.pinned else batch
 
     @torch.inference_mode()
     def infer(self, host_batch: torch.Tensor) -> torch.Tensor:

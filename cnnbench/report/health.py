@@ -66,12 +66,12 @@ def measure_trace(trace: traces.Trace) -> TraceFacts:
         last = max(e.end for e in kernels)
         inside = [(e.start, e.end) for e in trace.syncs() if e.end < last]
         sync = traces.union_us(inside, window) / span
-    work = kernels if on_device else trace.host_ops()
+    by_name = traces.total_times(kernels) if on_device else traces.self_times(trace.host_ops())
     layers = {k: v for k, v in traces.device_time_by_layer(trace).items() if k != "(no layer scope)"}
     return TraceFacts(
         kind=trace.kind, on_device=on_device, window_ms=span / 1000.0, busy_share=busy, memcpy_share=memcpy,
         aten_copy_share=aten, sync_share=sync, h2d_bytes=trace.h2d_bytes() if on_device else None,
-        top_kernels=traces.top(traces.self_times(work), TOP_N), top_layers=traces.top(layers, TOP_N),
+        top_kernels=traces.top(by_name, TOP_N), top_layers=traces.top(layers, TOP_N),
     )
 
 

@@ -234,6 +234,14 @@ def self_times(events: Sequence[Event]) -> dict[str, float]:
     return dict(totals)
 
 
+def total_times(events: Sequence[Event]) -> dict[str, float]:
+    """Per name, the summed duration, µs (device kernels do not nest: their time is all their own)."""
+    totals: dict[str, float] = defaultdict(float)
+    for e in events:
+        totals[e.name] += e.dur
+    return dict(totals)
+
+
 def top(totals: dict[str, float], n: int) -> list[tuple[str, float]]:
     return sorted(totals.items(), key=lambda kv: -kv[1])[:n]
 
