@@ -109,6 +109,7 @@ EOF
   if [[ -n "$run_id" ]]; then
     "$py" -m cnnbench.cli health "$rows" "$run_id" --out "$out/health_$backend.md" > /dev/null \
       || echo "health $backend failed"
+    [[ $backend == jax ]] && probe "jax trace lines" 30 threads "$work/traces/$run_id"
   fi
 done
 

@@ -123,31 +123,40 @@ def cudnn(args) -> None:
 
     configs = [(False, False), (True, False), (False, True), (True, True)]
     for index, (bench, determ) in enumerate(configs):
-        torch.backends.cudnn.benchmark = bench
-        torch.backends.cudnn.deterministic = determ
-        torch.use_deterministic_algorithms(determ)
-        # A shape of its own per configuration: cuDNN's autotuning cache is per shape, so every
-        # configuration starts cold (the cost of benchmark=True is in first_call_s).
-        batch = args.batch + index
-        concurrent_batch = batch + 2 * len(configs)
-        x = batch_of(batch)
-        first = _time_calls(torch, device, lambda x=x: forward(x), 1)[0] / 1000
-        for _ in range(3):
-            forward(x)
-        single = statistics.median(_time_calls(torch, device, lambda x=x: forward(x), args.iters))
-        a, b = forward(x).float(), forward(x).float()
-        _sync(torch, device)
-        inputs = [batch_of(concurrent_batch) for _ in range(args.threads)]
-        lat, wall = _concurrent_calls(torch, device, forward, inputs, args.iters + 1)
-        firsts = [calls[0] for calls in lat]
-        steady = sorted(v for calls in lat for v in calls[1:])
-        after = statistics.median(_time_calls(torch, device, lambda i=inputs[0]: forward(i), args.iters))
-        emit("cudnn", cudnn_benchmark=bench, deterministic=determ, batch=batch, first_call_s=first,
-             single_ms=single, single_ms_per_image=single / batch, repeat_max_abs_diff=float((a - b).abs().max()),
-             threads=args.threads, concurrent_batch=concurrent_batch, concurrent_first_call_ms_max=max(firsts),
-             concurrent_ms_p50=steady[len(steady) // 2], concurrent_ms_p99=steady[int(0.99 * (len(steady) - 1))],
-             concurrent_images_per_sec=len(inputs) * (args.iters + 1) * concurrent_batch / wall,
-             after_concurrent_single_ms_per_image=after / concurrent_batch)
+        try:
+            _cudnn_config(torch, device, forward, batch_of, args, index, bench, determ, len(configs))
+        except RuntimeError as exc:  # e.g. an op without a deterministic implementation
+            emit("cudnn", cudnn_benchmark=bench, deterministic=determ, error=str(exc).splitlines()[0][:300])
+
+
+def _cudnn_config(torch, device, forward, batch_of, args, index: int, bench: bool, determ: bool,
+                  configs: int) -> None:
+    """One cuDNN configuration: first call (autotuning), one caller, then concurrent callers."""
+    torch.backends.cudnn.benchmark = bench
+    torch.backends.cudnn.deterministic = determ
+    torch.use_deterministic_algorithms(determ)
+    # A shape of its own per configuration: cuDNN's autotuning cache is per shape, so every
+    # configuration starts cold (the cost of benchmark=True is in first_call_s).
+    batch = args.batch + index
+    concurrent_batch = batch + 2 * configs
+    x = batch_of(batch)
+    first = _time_calls(torch, device, lambda x=x: forward(x), 1)[0] / 1000
+    for _ in range(3):
+        forward(x)
+    single = statistics.median(_time_calls(torch, device, lambda x=x: forward(x), args.iters))
+    a, b = forward(x).float(), forward(x).float()
+    _sync(torch, device)
+    inputs = [batch_of(concurrent_batch) for _ in range(args.threads)]
+    lat, wall = _concurrent_calls(torch, device, forward, inputs, args.iters + 1)
+    firsts = [calls[0] for calls in lat]
+    steady = sorted(v for calls in lat for v in calls[1:])
+    after = statistics.median(_time_calls(torch, device, lambda i=inputs[0]: forward(i), args.iters))
+    emit("cudnn", cudnn_benchmark=bench, deterministic=determ, batch=batch, first_call_s=first,
+         single_ms=single, single_ms_per_image=single / batch, repeat_max_abs_diff=float((a - b).abs().max()),
+         threads=args.threads, concurrent_batch=concurrent_batch, concurrent_first_call_ms_max=max(firsts),
+         concurrent_ms_p50=steady[len(steady) // 2], concurrent_ms_p99=steady[int(0.99 * (len(steady) - 1))],
+         concurrent_images_per_sec=len(inputs) * (args.iters + 1) * concurrent_batch / wall,
+         after_concurrent_single_ms_per_image=after / concurrent_batch)
 
 
 def _concurrent_calls(torch, device, forward, inputs, calls: int) -> tuple[list[list[float]], float]:
@@ -321,15 +330,17 @@ def pinned_past(args) -> None:
 
     want = 2 * (host_memory.meminfo_bytes("MemTotal") or 2**40)
     begun = time.perf_counter()
-    try:
-        # torch.empty itself is virtual (untouched pages), so the pin is the first real allocation
-        pin(torch.empty(want, dtype=torch.uint8))
+    try:  # straight from the pinned allocator (cudaHostAlloc), as a pinned staging buffer is made
+        torch.empty(want, dtype=torch.uint8, pin_memory=True)
         emit("pinned_past", requested_gib=want / 2**30, ok=True)
-    except PinnedMemoryError as exc:
+    except RuntimeError as exc:
         emit("pinned_past", requested_gib=want / 2**30, ok=False, seconds=time.perf_counter() - begun,
-             error=str(exc), cause=str(exc.__cause__).splitlines()[0][:200])
-    except RuntimeError as exc:  # e.g. the host allocation itself refused
-        emit("pinned_past", requested_gib=want / 2**30, ok=False, where="before pinning", error=str(exc)[:300])
+             torch_says=str(exc).splitlines()[0][:200], cnnbench_says=host_memory.pinning_error(want, exc))
+    small = torch.empty(2**20, dtype=torch.uint8)
+    try:  # and through the wrapper the inference path uses, on a size that fits
+        emit("pinned_wrapper", ok=bool(pin(small).is_pinned()))
+    except PinnedMemoryError as exc:
+        emit("pinned_wrapper", ok=False, error=str(exc))
 
 
 def _pinned_child(args) -> None:
@@ -373,6 +384,25 @@ def _cudnn_has(name: str) -> bool:
     import torch.backends.cudnn as cudnn
 
     return name in dir(cudnn) or name in type(cudnn).__dict__
+
+
+def threads(args) -> None:
+    """What a trace holds, per process and thread: event counts, sample names and arg keys (to check
+    the health table's reading of a trace format against the real thing)."""
+    from collections import Counter
+
+    from cnnbench.report import traces
+
+    trace = traces.load_trace(Path(args.trace))
+    lines = Counter((trace.process_names.get(e.pid, str(e.pid)), trace.thread_names.get((e.pid, e.tid), str(e.tid)))
+                    for e in trace.events)
+    samples: dict[tuple, list] = {}
+    for e in trace.events:
+        key = (trace.process_names.get(e.pid, str(e.pid)), trace.thread_names.get((e.pid, e.tid), str(e.tid)))
+        if len(samples.setdefault(key, [])) < 2:
+            samples[key].append([e.name[:60], e.cat, sorted(e.args)[:8]])
+    emit("trace_lines", file=str(trace.path.name), trace_kind=trace.kind,
+         lines=[[p, t, n, samples[(p, t)]] for (p, t), n in lines.most_common(12)])
 
 
 def summary(args) -> None:
@@ -436,13 +466,16 @@ def main() -> None:
     p.add_argument("--cap-gib", type=int, default=32)
     p.add_argument("--child", default="")
     sub.add_parser("pinned-past")
+    p = sub.add_parser("threads")
+    p.add_argument("trace")
     sub.add_parser("claims")
     p = sub.add_parser("summary")
     p.add_argument("--rows", type=Path, required=True)
     p.add_argument("--probes", type=Path, required=True)
     args = parser.parse_args()
-    {"layers": layers, "cudnn": cudnn, "loader": loader, "pinned": pinned, "pinned-past": pinned_past,
-     "claims": claims, "summary": summary}[args.what](args)
+    commands = {"layers": layers, "cudnn": cudnn, "loader": loader, "pinned": pinned, "pinned-past": pinned_past,
+                "threads": threads, "claims": claims, "summary": summary}
+    commands[args.what](args)
 
 
 if __name__ == "__main__":

@@ -92,8 +92,14 @@ class Trace:
         """Device kernels (PyTorch ``kernel``; JAX: ops on a GPU's stream threads)."""
         if self.kind == "torch":
             return [e for e in self.events if e.cat == "kernel"]
-        return [e for e in self.events if self._on_gpu_process(e) and "Stream" in self._thread(e)
-                and not _is_copy(e.name)]
+        on_gpu = [e for e in self.events if self._on_gpu_process(e) and not _is_copy(e.name)]
+        # XLA's GPU lines: one per CUDA stream ("Stream #N(...)") with the kernels, plus summary lines
+        # ("XLA Ops", "XLA Modules") that repeat them; prefer the streams, else the op line.
+        for marker in ("Stream", "XLA Ops"):
+            found = [e for e in on_gpu if marker in self._thread(e)]
+            if found:
+                return found
+        return on_gpu
 
     def copies(self) -> list[Event]:
         """Device memory copies (H2D, D2H, D2D)."""
