@@ -206,3 +206,19 @@ def test_pitfall_switches_reach_the_launch_environment(tmp_path):
     assert jax_env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
     own = dataclasses.replace(jax_run, options={**jax_run.options, "compile_cache_dir": str(tmp_path / "j")})
     assert backends.load("jax").launch_layout(own).env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "j" / "jax")
+
+
+@pytest.mark.gpu
+def test_profiled_gpu_run_has_kernel_shares_and_nvml_samples(tmp_path):
+    text = SPEC.replace('"BACKEND"', '"torch"').replace('device = "cpu"', 'device = "gpu"').replace(
+        "CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "rows.csv"
+    done = run_cli("run", write_spec(tmp_path, text), "--out", out, "--profile", tmp_path / "traces",
+                   "--no-report", env={"CNNBENCH_FAULT": f"kind=sleep,ms={SLEEP_MS}"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = store.read_rows(out)
+    facts = health.measure_trace(traces.load_trace(tmp_path / "traces" / row["run_id"]))
+    assert facts.on_device and facts.top_kernels
+    window_s = facts.window_ms / 1000
+    assert 0 < row["device_busy_share"] <= 1 - WINDOW_STEPS * SLEEP_MS / 1000 / window_s + 0.02
+    assert row["nvml_gpu_util_pct"] is not None and row["nvml_memory_used_mb"] > 0
