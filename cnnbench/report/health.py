@@ -160,6 +160,8 @@ def checks(facts: TraceFacts | None, row: dict | None) -> list[Check]:
                      "a .item()/.cpu()/print of a device value or a blocking copy inside the step: keep "
                      "losses on the device, read them every N steps"))
     wait = _num(row, "data_wait_share")
+    if wait is None and _num(row, "data_wait_ms_median") is not None and _num(row, "step_time_ms_median"):
+        wait = _num(row, "data_wait_ms_median") / _num(row, "step_time_ms_median")
     out.append(Check("data wait (step waits for its batch)", "< 5%", "> 20%", wait, _pct(wait),
                      _verdict(wait, lambda v: v < 0.05, lambda v: v > 0.20),
                      "more loader workers, persistent workers, prefetch, decode on the GPU"))
