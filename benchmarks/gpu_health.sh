@@ -102,7 +102,9 @@ for backend in torch jax; do
 import sys
 from pathlib import Path
 from cnnbench.table import store
-found = [r for r in store.read_rows(Path(sys.argv[1])) if r["backend"] == sys.argv[2] and r.get("profile_path")]
+rows = Path(sys.argv[1])
+found = [r for r in (store.read_rows(rows) if rows.is_file() else [])
+         if r["backend"] == sys.argv[2] and r.get("profile_path") and r["status"] == "ok"]
 print(found[-1]["run_id"] if found else "")
 EOF
 )
