@@ -192,8 +192,8 @@ def _concurrent_calls(torch, device, forward, inputs, calls: int) -> tuple[list[
 class FrameSet:
     """Decode-like CPU work per item (cv2 resize of a 1080p frame when cv2 is there), optionally touching CUDA."""
 
-    def __init__(self, touch_cuda: bool, cv2_threads: int | None, size: int) -> None:
-        self.touch_cuda, self.cv2_threads, self.size = touch_cuda, cv2_threads, size
+    def __init__(self, touch_cuda: bool, size: int) -> None:
+        self.touch_cuda, self.size = touch_cuda, size
 
     def __len__(self) -> int:
         return 10_000
@@ -208,12 +208,28 @@ class FrameSet:
         try:
             import cv2
 
-            if self.cv2_threads is not None:
-                cv2.setNumThreads(self.cv2_threads)
             small = cv2.resize(frame, (self.size, self.size), interpolation=cv2.INTER_AREA)
         except ImportError:
             small = frame[:: 1080 // self.size, :: 1920 // self.size][: self.size, : self.size]
         return torch.from_numpy(np.ascontiguousarray(small)).permute(2, 0, 1)
+
+
+class WorkerInit:
+    """worker_init_fn as the real-input DataLoader sets it up: CUDA hidden before any use, cv2's threads."""
+
+    def __init__(self, hide_cuda: bool, cv2_threads: int | None) -> None:
+        self.hide_cuda, self.cv2_threads = hide_cuda, cv2_threads
+
+    def __call__(self, worker_id: int) -> None:
+        if self.hide_cuda:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        if self.cv2_threads is not None:
+            try:
+                import cv2
+
+                cv2.setNumThreads(self.cv2_threads)
+            except ImportError:
+                pass
 
 
 def _gpu_processes() -> tuple[int | None, float | None]:
@@ -237,30 +253,31 @@ def loader(args) -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.zeros(1, device=device)  # the training process holds its context first, as a trainer would
     base_procs, base_mb = _gpu_processes()
-    variants = [("touch_cuda", True, None, False), ("cuda_hidden", True, None, True),
-                ("clean", False, None, False), ("clean_cv2_threads0", False, 0, False)]
-    for name, touch, cv2_threads, hide in variants:
-        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if hide:  # spawned workers inherit the environment at start: they see no GPU at all
-            os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    # (name, dataset touches CUDA, CUDA hidden in workers, cv2 threads, start method)
+    variants = [("touch_cuda", True, False, None, "spawn"), ("cuda_hidden", True, True, None, "spawn"),
+                ("touch_cuda_fork", True, False, None, "fork"), ("clean_cv2_default", False, True, None, "spawn"),
+                ("clean_cv2_threads0", False, True, 0, "spawn")]
+    for name, touch, hide, cv2_threads, method in variants:
         begun = time.perf_counter()
-        data = DataLoader(FrameSet(touch, cv2_threads, args.size), batch_size=args.batch, num_workers=args.workers,
-                          multiprocessing_context="spawn", persistent_workers=True)
-        batches = iter(data)
-        next(batches)
+        data = DataLoader(FrameSet(touch, args.size), batch_size=args.batch, num_workers=args.workers,
+                          multiprocessing_context=method, persistent_workers=True,
+                          worker_init_fn=WorkerInit(hide, cv2_threads))
+        try:
+            batches = iter(data)
+            next(batches)
+        except RuntimeError as exc:  # a forked worker cannot start CUDA once the parent has
+            emit("loader", variant=name, workers=args.workers, start_method=method,
+                 error=str(exc).strip().splitlines()[-1][:300])
+            del data
+            continue
         started_s = time.perf_counter() - begun
-        if hide:
-            if saved is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = saved
         procs, used = _gpu_processes()
         begun = time.perf_counter()
         for _ in range(args.steps):
             next(batches).to(device, non_blocking=False)
         rate = args.steps * args.batch / (time.perf_counter() - begun)
-        emit("loader", variant=name, workers=args.workers, start_s=started_s, images_per_sec=rate,
-             gpu_processes=procs, gpu_processes_before=base_procs,
+        emit("loader", variant=name, workers=args.workers, start_method=method, start_s=started_s,
+             images_per_sec=rate, gpu_processes=procs, gpu_processes_before=base_procs,
              worker_gpu_mb=None if used is None or base_mb is None else used - base_mb)
         del batches, data
         time.sleep(1.0)  # let the workers exit before the next variant counts processes
