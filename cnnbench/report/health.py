@@ -19,6 +19,7 @@ only); the first step, data wait and NVML samples from the row.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,7 +238,9 @@ def render(facts: TraceFacts | None, row: dict | None, source: str) -> str:
     if facts:
         parts.append(f"Traced window: {facts.window_ms:.1f} ms ({facts.kind} trace, "
                      f"{'GPU kernels' if facts.on_device else 'CPU ops'}).")
-    table = [[c.metric, c.healthy, c.danger, c.shown, c.verdict, c.fix] for c in checks(facts, row)]
+    # The fix is shown where there is something to fix.
+    table = [[c.metric, c.healthy, c.danger, c.shown, c.verdict, c.fix if c.verdict in ("watch", "danger") else "—"]
+             for c in checks(facts, row)]
     parts.append(_markdown(["metric", "healthy", "danger", "value", "verdict", "fix to try"], table))
     if facts:
         what = "kernels" if facts.on_device else "ops"
@@ -295,6 +298,9 @@ def write_for_row(row: dict) -> dict[str, Any]:
     try:
         facts, text = report_for(row, Path(folder), f"run {row['run_id']}")
     except UserError:
+        return {}
+    except Exception as exc:  # noqa: BLE001 - the row is measured; a trace-reading bug must not lose it
+        print(f"cnnbench: no health columns for {row['run_id']}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return {}
     (Path(folder) / HEALTH_FILE).write_text(text, encoding="utf-8")
     return health_columns(facts, row)
