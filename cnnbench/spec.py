@@ -75,8 +75,9 @@ class TorchOptions:
                                      "or for-loop.", choices=("auto", "fused", "foreach", "for-loop"))
     cudnn_benchmark: bool = _f(True, "torch.backends.cudnn.benchmark: time the convolution algorithms per shape "
                                      "at first use and keep the fastest (GPU).")
-    deterministic: bool = _f(False, "torch.use_deterministic_algorithms(True) and cudnn.deterministic: "
-                                    "bit-reproducible kernels, where they exist (GPU).")
+    deterministic: bool = _f(False, "torch.use_deterministic_algorithms(True, warn_only=True) and "
+                                    "cudnn.deterministic: deterministic kernels where they exist; ops without "
+                                    "one warn (GPU).")
     compile_cache_dir: str = _f("", "Inductor's FX graph / Triton cache for this backend (TORCHINDUCTOR_CACHE_DIR); "
                                     "default: the top-level compile_cache_dir.")
 
