@@ -18,8 +18,8 @@ def apply_cudnn_options(options: dict) -> None:
     torch.backends.cudnn.benchmark = bool(options.get("cudnn_benchmark", True))
     torch.backends.cudnn.deterministic = deterministic
     if deterministic:  # cuBLAS needs CUBLAS_WORKSPACE_CONFIG, set by the launch layout
-        # warn_only: an op with no deterministic kernel (adaptive_avg_pool2d's CUDA backward, which
-        # every ResNet here has) warns and stays as it is, rather than failing the run
+        # warn_only: an op with no deterministic CUDA kernel (e.g. the backward of an adaptive average
+        # pool to more than 1x1, scatter_add) warns and stays as it is, rather than failing the run
         torch.use_deterministic_algorithms(True, warn_only=True)
 
 
