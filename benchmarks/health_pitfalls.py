@@ -312,7 +312,7 @@ def pinned(args) -> None:
     from backends.torch.common import pinned as pin
 
     cap = min(args.cap_gib, int((limits["mem_available"] or 0) * 0.5 / 2**30))
-    held, maps0, lck0 = [], _maps(), _status_kib("VmLck")
+    held, maps0, lck0, pin0 = [], _maps(), _status_kib("VmLck"), _status_kib("VmPin")
     times = []
     for _ in range(cap):
         begun = time.perf_counter()
@@ -320,6 +320,7 @@ def pinned(args) -> None:
         times.append(time.perf_counter() - begun)
     emit("pinned_amount", pinned_gib=len(held), seconds_per_gib=statistics.median(times) if times else None,
          maps_before=maps0, maps_after=_maps(), vm_lck_kib_before=lck0, vm_lck_kib_after=_status_kib("VmLck"),
+         vm_pin_kib_before=pin0, vm_pin_kib_after=_status_kib("VmPin"),
          mem_available_after=host_memory.meminfo_bytes("MemAvailable"))
     del held
     torch.cuda.empty_cache()
@@ -376,7 +377,7 @@ def _pinned_child(args) -> None:
     buffer = np.ones(2**30, dtype=np.uint8)
     code = torch.cuda.cudart().cudaHostRegister(buffer.ctypes.data, buffer.nbytes, 0)
     emit("pinned_memlock", how="cudaHostRegister", memlock_kib=64, ok=int(code) == 0, cuda_error=int(code),
-         vm_lck_kib=_status_kib("VmLck"))
+         vm_lck_kib=_status_kib("VmLck"), vm_pin_kib=_status_kib("VmPin"))
 
 
 # -- the arithmetic behind the README's corrections ------------------------------------------------
