@@ -13,14 +13,48 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def torch_trace(directory: Path, gpu: bool) -> Iterator[None]:
+def torch_trace(directory: Path, gpu: bool, module=None) -> Iterator[None]:
+    """``module``: an eager model whose layers get ``layer:<name>`` scopes in the trace (the health
+    table's top layers); leave it out for a compiled model (hooks would make dynamo recompile)."""
     from torch.profiler import ProfilerActivity, profile
 
     directory.mkdir(parents=True, exist_ok=True)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
-    with profile(activities=activities) as traced:
+    with profile(activities=activities) as traced, layer_scopes(module):
         yield
     traced.export_chrome_trace(str(directory / "trace.json"))
+
+
+@contextlib.contextmanager
+def layer_scopes(module) -> Iterator[None]:
+    """A ``record_function("layer:<module path>")`` scope around each leaf module's forward."""
+    if module is None:
+        yield
+        return
+    import torch
+
+    opened: list = []
+
+    def enter(name: str):
+        def hook(_module, _args) -> None:
+            scope = torch.profiler.record_function(f"layer:{name}")
+            scope.__enter__()
+            opened.append(scope)
+        return hook
+
+    def leave(_module, _args, _output) -> None:
+        if opened:
+            opened.pop().__exit__(None, None, None)
+
+    handles = []
+    for name, child in module.named_modules():
+        if name and next(child.children(), None) is None:
+            handles += [child.register_forward_pre_hook(enter(name)), child.register_forward_hook(leave)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 @contextlib.contextmanager

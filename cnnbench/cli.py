@@ -356,6 +356,27 @@ def infer(
 
 
 @app.command()
+def health(
+    target: Annotated[str, typer.Argument(help="A results CSV (its last profiled row), a trace folder of "
+                                               "--profile, or a trace file.")],
+    run_id: Annotated[Optional[str], typer.Argument(help="Run id of the row in the CSV.")] = None,
+    csv: Annotated[Optional[Path], typer.Option(help="Look TARGET up as a run id in this CSV (default: "
+                                                     "results/runs.csv when TARGET is no file).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Also write the report (Markdown) here.")] = None,
+) -> None:
+    """Is my parallelism healthy? GPU busy, copies, syncs, data wait, first step; top kernels and layers."""
+    from cnnbench.report.health import report_for, resolve
+
+    if csv is None and not Path(target).exists() and not target.endswith(".csv"):
+        csv = DEFAULT_OUT  # a bare run id
+    row, trace, label = resolve(str(csv), target) if csv else resolve(target, run_id)
+    _, text = report_for(row, trace, label)
+    print(text, end="")
+    if out:
+        out.write_text(text, encoding="utf-8")
+
+
+@app.command()
 def upgrade(csv: Annotated[list[Path], typer.Argument(help="Results CSVs written by an older cnnbench.")]) -> None:
     """Rewrite older results files in the current row format (added columns left empty)."""
     from cnnbench.table.store import upgrade_file

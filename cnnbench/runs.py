@@ -170,6 +170,8 @@ def expand(spec: Spec, *, backends: tuple[str, ...] | None = None,
     ):
         options = dataclasses.asdict(spec.backend_options(backend))
         strategies = options.pop("strategies")
+        if "compile_cache_dir" in options and not options["compile_cache_dir"]:
+            options["compile_cache_dir"] = spec.compile_cache_dir
         if scaling == "strong" and batch % n:
             raise SpecError(src, "global_batch", f"strong scaling splits global_batch {batch} over {n} "
                                                  f"devices: {batch} is not divisible by {n}")

@@ -88,6 +88,13 @@ class TorchOptions:
     bucket_cap_mb: int = _f(25, "DDP gradient bucket size, MiB.", min=1)
     optimizer_impl: str = _f("auto", "SGD implementation: auto (fused on GPUs, foreach on CPUs), fused, foreach "
                                      "or for-loop.", choices=("auto", "fused", "foreach", "for-loop"))
+    cudnn_benchmark: bool = _f(True, "torch.backends.cudnn.benchmark: time the convolution algorithms per shape "
+                                     "at first use and keep the fastest (GPU).")
+    deterministic: bool = _f(False, "torch.use_deterministic_algorithms(True, warn_only=True) and "
+                                    "cudnn.deterministic: deterministic kernels where they exist; ops without "
+                                    "one warn (GPU).")
+    compile_cache_dir: str = _f("", "Inductor's FX graph / Triton cache for this backend (TORCHINDUCTOR_CACHE_DIR); "
+                                    "default: the top-level compile_cache_dir.")
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,8 @@ class JaxOptions:
     strategies: tuple[str, ...] = _f(("sharded",), "sharded: jit over a device mesh; pmap: jax.pmap.",
                                      choices=REGISTRY["jax"].strategies)
     xla_flags: str = _f("", "Extra XLA_FLAGS for the worker, e.g. \"--xla_gpu_enable_command_buffer=\".")
+    compile_cache_dir: str = _f("", "JAX's persistent compilation cache (jax_compilation_cache_dir, every "
+                                    "compilation kept); default: the top-level compile_cache_dir.")
 
 
 @dataclass(frozen=True)
@@ -199,6 +208,9 @@ class Spec:
     trials: int = _f(1, "Repetitions of every run.", min=1)
     seed: int = _f(0, "Seed for initialisation, data order and synthetic data.", min=0)
     target_accuracy: float = _f(0.0, "Test accuracy for time_to_accuracy_s (0: none).", min=0.0, max=1.0)
+    compile_cache_dir: str = _f("", "Folder where compiled programs persist across process restarts (PyTorch "
+                                    "inductor's FX graph cache, JAX's persistent cache), set before the framework "
+                                    "starts; empty: the frameworks' defaults.")
     timeout_s: float = _f(1800.0, "Wall-clock limit of one run; the process tree is killed after it.", min=1.0)
     optimizer: OptimizerSpec = _f(OptimizerSpec(), "Optimizer settings.")
     timing: TimingSpec = _f(TimingSpec(), "Timing protocol settings.")

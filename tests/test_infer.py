@@ -113,6 +113,7 @@ def test_profiles_are_written_and_charts_made(infer_rows):
     for r in traced:
         files = [p for p in Path(r["profile_path"]).rglob("*") if p.is_file()]
         assert files and all(p.stat().st_size > 0 for p in files), r["profile_path"]
+        assert 0 < r["device_busy_share"] <= 1 and (Path(r["profile_path"]) / "health.md").is_file()  # health
     charts = out.with_name(out.stem)
     for name in ("infer_throughput", "infer_latency", "ablation", "serve_latency", "serve_throughput"):
         assert (charts / f"{name}.png").stat().st_size > 0

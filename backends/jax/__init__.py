@@ -11,6 +11,8 @@ imported only inside the trainers and :func:`devices`, never at module level.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from cnnbench import envinfo
 from cnnbench.model.pipeline import pipeline_unsupported
 from cnnbench.run.contract import BuildContext
@@ -48,6 +50,10 @@ def launch_layout(run: Run) -> Layout:
         flags.insert(0, f"--xla_force_host_platform_device_count={run.devices_per_host}")
     if any(flags):
         env["XLA_FLAGS"] = " ".join(f for f in flags if f)
+    cache = run.options.get("compile_cache_dir")
+    if cache:  # JAX reads these at import: every compilation is kept, however quick
+        env.update(JAX_COMPILATION_CACHE_DIR=str(Path(cache).expanduser().resolve() / "jax"),
+                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
     return Layout(processes=1, env=env)
 
 

@@ -9,6 +9,8 @@ trainers, never here.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from cnnbench import envinfo
 from cnnbench.model.pipeline import pipeline_unsupported
 from cnnbench.run.contract import BuildContext
@@ -29,6 +31,12 @@ def launch_layout(run: Run) -> Layout:
     env = {"OMP_NUM_THREADS": str(cpu_threads_per_process(processes))}
     if run.device_kind == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run must not touch a GPU that happens to be there
+    if run.options.get("deterministic"):  # cuBLAS refuses deterministic mode without a fixed workspace
+        env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    cache = run.options.get("compile_cache_dir")
+    if cache:  # read when inductor first starts: set before the worker imports torch
+        env.update(TORCHINDUCTOR_CACHE_DIR=str(Path(cache).expanduser().resolve() / "torch"),
+                   TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
     if processes == 1 and run.hosts == 1:
         # One process: the environment torchrun would give it, without torchrun's own interpreter
         # (which costs a second PyTorch import per run). The process group is the same.

@@ -1,4 +1,4 @@
-"""What the PyTorch trainers share: the optimizer's implementation switch."""
+"""What the PyTorch trainers share: the optimizer's implementation switch, the cuDNN switches, pinning."""
 
 from __future__ import annotations
 
@@ -8,3 +8,30 @@ def optimizer_kwargs(impl: str, on_gpu: bool) -> dict[str, bool]:
     if impl == "auto":
         impl = "fused" if on_gpu else "foreach"
     return {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[impl]
+
+
+def apply_cudnn_options(options: dict) -> None:
+    """``[torch] cudnn_benchmark`` (default on) and ``deterministic`` for a GPU process."""
+    import torch
+
+    deterministic = bool(options.get("deterministic", False))
+    torch.backends.cudnn.benchmark = bool(options.get("cudnn_benchmark", True))
+    torch.backends.cudnn.deterministic = deterministic
+    if deterministic:  # cuBLAS needs CUBLAS_WORKSPACE_CONFIG, set by the launch layout
+        # warn_only: an op with no deterministic CUDA kernel (e.g. the backward of an adaptive average
+        # pool to more than 1x1, scatter_add) warns and stays as it is, rather than failing the run
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+class PinnedMemoryError(RuntimeError):
+    """Page-locking host memory failed (named as such, not as a CUDA out-of-memory)."""
+
+
+def pinned(tensor):
+    """``tensor.pin_memory()``, with a failure that names the host limits instead of "CUDA out of memory"."""
+    try:
+        return tensor.pin_memory()
+    except RuntimeError as exc:
+        from cnnbench.run.host_memory import pinning_error
+
+        raise PinnedMemoryError(pinning_error(tensor.nbytes, exc)) from exc

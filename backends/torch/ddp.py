@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from backends.torch.common import optimizer_kwargs
+from backends.torch.common import apply_cudnn_options, optimizer_kwargs
 from cnnbench import envinfo
 from cnnbench.run.contract import BuildContext
 from cnnbench.runs import Run
@@ -80,7 +80,7 @@ class TorchTrainer:
         if on_gpu:
             self.device = torch.device("cuda", ctx.local_rank)
             torch.cuda.set_device(self.device)
-            torch.backends.cudnn.benchmark = True
+            apply_cudnn_options(run.options)
             # TF32 for fp32 matmuls, as XLA (JAX, TensorFlow) does by default on GPUs.
             torch.set_float32_matmul_precision("high")
         else:
@@ -263,7 +263,8 @@ class TorchTrainer:
     def profiler(self, directory):
         from backends import profilers
 
-        return profilers.torch_trace(directory, self.run.device_kind == "gpu")
+        return profilers.torch_trace(directory, self.run.device_kind == "gpu",
+                                     module=None if self.run.compile else self.module)
 
     def close(self) -> None:
         import torch.distributed as dist

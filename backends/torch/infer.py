@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from backends import profilers
+from backends.torch.common import apply_cudnn_options, pinned
 from backends.torch.models import build_model
 from cnnbench import envinfo
 from cnnbench.data.normalize import channel_scale_shift
@@ -27,7 +28,7 @@ class TorchInference:
         self.on_gpu = run.device_kind == "gpu"
         self.device = torch.device("cuda", 0) if self.on_gpu else torch.device("cpu")
         if self.on_gpu:
-            torch.backends.cudnn.benchmark = True
+            apply_cudnn_options(run.options)
             torch.set_float32_matmul_precision("high")
         torch.manual_seed(run.seed)
         self.memory_format = torch.channels_last if variant.channels_last else torch.contiguous_format
@@ -39,6 +40,7 @@ class TorchInference:
         self.shift = torch.from_numpy(shift).to(self.device).view(1, -1, 1, 1)
         self.model, self.input = model, variant.input
         self.forward, self.forward_uint8 = self._forward, self._forward_uint8
+        self.eager_model = None if variant.compile else model  # layer scopes in traces (eager only)
         if variant.compile:
             # One graph per batch size, each specialised (as jit does): without this, the second
             # shape switches dynamo to dynamic shapes, and past the recompile limit it falls back
@@ -63,7 +65,7 @@ class TorchInference:
         batch = torch.from_numpy(np.ascontiguousarray(images))
         if source == "resident":
             return batch.to(self.device).contiguous(memory_format=self.memory_format)
-        return batch.pin_memory() if source.endswith("_pinned") else batch
+        return pinned(batch) if source.endswith("_pinned") else batch
 
     @torch.inference_mode()
     def infer(self, host_batch: torch.Tensor) -> torch.Tensor:
@@ -82,7 +84,7 @@ class TorchInference:
             torch.cuda.synchronize()
 
     def profiler(self, directory: Path) -> contextlib.AbstractContextManager:
-        return profilers.torch_trace(directory, self.on_gpu)
+        return profilers.torch_trace(directory, self.on_gpu, module=self.eager_model)
 
     def device_name(self) -> str:
         return torch.cuda.get_device_name(0) if self.on_gpu else envinfo.cpu_name()

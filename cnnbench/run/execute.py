@@ -57,7 +57,16 @@ def execute_one(run: Run, *, verbose: bool = False, peak_tflops: float | None = 
     if reason:
         return skipped_row(run, reason), []
     outcome = _launch(run, verbose)
-    return outcome_row(run, outcome, peak_tflops), outcome.result.get("history", [])
+    return with_health(outcome_row(run, outcome, peak_tflops)), outcome.result.get("history", [])
+
+
+def with_health(row: dict[str, Any]) -> dict[str, Any]:
+    """A profiled row gets its health columns (and health.md next to its trace)."""
+    if row.get("profile_path"):
+        from cnnbench.report.health import write_for_row
+
+        row.update(write_for_row(row))
+    return row
 
 
 def run_key(row_or_run: Any) -> tuple:
@@ -119,7 +128,7 @@ def execute_infer(runs: Sequence[Run], skipped: Sequence[tuple[Run, Any, str]], 
         if reason:
             new = [skipped_variant_row(run, run.infer["jobs"][0]["variant"], reason, run.global_batch)]
         else:
-            new = infer_rows(run, _launch(run, verbose), peak_tflops)
+            new = [with_health(row) for row in infer_rows(run, _launch(run, verbose), peak_tflops)]
         store.append_rows(out, new)
         rows += new
         failed = sum(r["status"] == "failed" for r in new)

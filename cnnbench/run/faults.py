@@ -2,8 +2,9 @@
 
 ``CNNBENCH_FAULT="rank=1,step=3,kind=raise"`` makes process 1 fail when it is about to run its
 step 3 (0-based). Kinds: ``raise`` (a Python exception), ``kill`` (SIGKILL to itself, as the
-OOM killer would), ``hang`` (sleep forever, as a deadlocked collective would). Without the variable
-nothing is wrapped and the step runs untouched.
+OOM killer would), ``hang`` (sleep forever, as a deadlocked collective would), ``sleep`` (``ms=N``: a host stall of N ms
+in every step from ``step`` on, default 0, as a slow host-side input stage would; the health table
+must see the device idle for it). Without the variable nothing is wrapped and the step runs untouched.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import signal
 import time
 
 ENV_VAR = "CNNBENCH_FAULT"
-KINDS = ("raise", "kill", "hang")
+KINDS = ("raise", "kill", "hang", "sleep")
 
 
 class InjectedFault(RuntimeError):
@@ -22,8 +23,12 @@ class InjectedFault(RuntimeError):
 
 def parse(text: str) -> dict[str, str]:
     fields = dict(part.split("=", 1) for part in text.split(",") if part)
+    if fields.get("kind") == "sleep":
+        if not fields.get("ms", "").replace(".", "", 1).isdigit():
+            raise ValueError(f"{ENV_VAR}={text!r}: kind=sleep needs ms=N (milliseconds per step)")
+        fields.setdefault("step", "0")
     if fields.get("kind") not in KINDS or "step" not in fields:
-        raise ValueError(f"{ENV_VAR}={text!r}: expected rank=R,step=S,kind={'|'.join(KINDS)}")
+        raise ValueError(f"{ENV_VAR}={text!r}: expected rank=R,step=S,kind={'|'.join(KINDS)} (sleep: ms=N)")
     return fields
 
 
@@ -38,6 +43,12 @@ def install(trainer: object, process_index: int) -> None:
     inner, target, counter = trainer.step, int(fault["step"]), [0]
 
     def step() -> None:
+        if fault["kind"] == "sleep":
+            if counter[0] >= target:
+                time.sleep(float(fault["ms"]) / 1000.0)
+            counter[0] += 1
+            inner()
+            return
         if counter[0] == target:
             if fault["kind"] == "raise":
                 raise InjectedFault(f"injected fault at step {target} on process {process_index}")

@@ -37,6 +37,7 @@ class TrainResult:
     time_to_accuracy_s: float | None = None
     history: list[dict] = field(default_factory=list)
     profile_path: str | None = None
+    window_spans: list[tuple[float, float]] = field(default_factory=list)  # perf_counter (start, end)
 
     def timing_summary(self, global_batch: int, devices: int) -> dict[str, float]:
         ms = np.asarray(self.window_step_ms)
@@ -61,6 +62,7 @@ class Protocol:
                                run.windows, run.window_steps)
         self.window_ends = dict(windows)  # start -> end
         self.window_ms: list[float] = []
+        self.window_spans: list[tuple[float, float]] = []  # the timed windows, for the NVML sampler
         self.history: list[dict] = []
         self.time_to_accuracy: float | None = None
         self.first_step_s = 0.0
@@ -100,6 +102,7 @@ class Protocol:
                 self.log(f"traced window: {ms:.2f} ms/step (left out) -> {self.run.profile_dir}")
             else:
                 self.window_ms.append(ms)
+                self.window_spans.append((self._window_t0, time.perf_counter()))
                 self.log(f"window {len(self.window_ms)}/{self.run.windows}: {self.window_ms[-1]:.2f} ms/step")
         spe = self.steps_per_epoch
         if spe and (step + 1) % spe == 0:
@@ -133,7 +136,7 @@ class Protocol:
             train_wall_s=self.train_clock, train_loss_final=self.last_loss,
             test_loss=final.get("test_loss"), test_accuracy=final.get("test_accuracy"),
             time_to_accuracy_s=self.time_to_accuracy, history=self.history,
-            profile_path=self.profiled,
+            profile_path=self.profiled, window_spans=self.window_spans,
         )
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import backends
 from cnnbench import envinfo
 from cnnbench.data import arrays as data_sources
-from cnnbench.run import faults
+from cnnbench.run import faults, gpu_monitor
 from cnnbench.run.contract import BuildContext
 from cnnbench.run.protocol import train
 from cnnbench.run.schedule import lr_table_for
@@ -67,7 +67,12 @@ def _train(run: Run, ctx: BuildContext, result_path: Path, is_main: bool) -> Non
         run = dataclasses.replace(run, profile_dir="")
     trainer = backends.load(run.backend).build(run, ctx)
     faults.install(trainer, ctx.process_index)
-    result = train(trainer, run, log)
+    monitor = gpu_monitor.start(ctx.local_rank) if is_main and run.device_kind == "gpu" else None
+    try:
+        result = train(trainer, run, log)
+    finally:
+        if monitor:
+            monitor.stop()
     if hasattr(trainer, "close"):
         trainer.close()
     if not is_main:
@@ -88,6 +93,7 @@ def _train(run: Run, ctx: BuildContext, result_path: Path, is_main: bool) -> Non
         "peak_memory_mb": peak / 2**20 if peak is not None else None,
         "device_name": trainer.device_name(),
         "python": envinfo.python_version(),
+        **(monitor.summary(result.window_spans) if monitor else {}),
     }
     _write_json_atomic(result_path, payload)
 

@@ -12,6 +12,9 @@ from cnnbench.runs import Run
 from cnnbench.table.schema import SCHEMA_VERSION, STATUS_SKIPPED
 from cnnbench.table.spread import step_time_spread
 
+# Filled by the worker's NVML sampler (cnnbench/run/gpu_monitor.py) where NVML is available.
+NVML_COLUMNS = ("nvml_gpu_util_pct", "nvml_memory_used_mb", "nvml_power_w", "loader_gpu_mb")
+
 
 def _options_text(options: dict[str, Any]) -> str:
     return ";".join(f"{k}={v}" for k, v in sorted(options.items()))
@@ -84,7 +87,7 @@ def outcome_row(run: Run, outcome: Outcome, peak_tflops: float | None = None) ->
     for name in ("first_step_s", "step_time_ms_median", "step_time_ms_p10", "step_time_ms_p90",
                  "images_per_sec", "images_per_sec_per_device", "peak_memory_mb", "params",
                  "train_loss_final", "test_loss", "test_accuracy", "time_to_accuracy_s",
-                 "train_wall_s", "device_name", "python", "profile_path"):
+                 "train_wall_s", "device_name", "python", "profile_path", *NVML_COLUMNS):
         row[name] = result.get(name)
     if result.get("window_step_ms"):  # with --profile, the traced window is not among them
         row["windows"] = len(result["window_step_ms"])

@@ -83,6 +83,15 @@ COLUMNS: tuple[Column, ...] = (
                                       "slower than the fast ones); above timing.spread_limit the run is "
                                       "flagged as noisy."),
     Column("slurm_job_id", str, "Slurm job that ran it (`sweep --slurm`); empty otherwise."),
+    Column("device_busy_share", float, "--profile: union of GPU kernel intervals over the traced window's wall "
+                                       "time (CPU runs: union of the compute threads' ops), 0-1."),
+    Column("copy_share", float, "--profile: device memcpy time (CPU runs: aten::copy_) over the traced window, 0-1."),
+    Column("h2d_bytes_per_image", float, "--profile: host-to-device bytes copied per image in the traced window."),
+    Column("sync_share", float, "--profile: host blocked in stream/event syncs inside the steps / the window, 0-1."),
+    Column("nvml_gpu_util_pct", float, "NVML GPU utilisation, mean over samples in the timed windows, %."),
+    Column("nvml_memory_used_mb", float, "NVML device memory used, max over the timed windows, MiB."),
+    Column("nvml_power_w", float, "NVML board power, mean over the timed windows, W."),
+    Column("loader_gpu_mb", float, "GPU memory held by the worker's child processes (loader workers), NVML, MiB."),
     Column("peak_memory_mb", float, "Peak device memory of device 0, MiB (CPU: worker peak RSS)."),
     Column("params", int, "Trainable parameters."),
     Column("train_loss_final", float, "Mean training loss over the last epoch (or last steps)."),
@@ -120,7 +129,11 @@ ADDED_IN_V2: tuple[str, ...] = (
 
 # Columns that schema version 3 added (real input, HTTP serving, health, measurement spread); older
 # files get them empty (`cnnbench upgrade`).
-ADDED_IN_V3: tuple[str, ...] = ("step_time_spread", "slurm_job_id")
+ADDED_IN_V3: tuple[str, ...] = (
+    "step_time_spread", "slurm_job_id",
+    "device_busy_share", "copy_share", "h2d_bytes_per_image", "sync_share", "nvml_gpu_util_pct",
+    "nvml_memory_used_mb", "nvml_power_w", "loader_gpu_mb",
+)
 
 # Every version's additions, oldest first: what `cnnbench upgrade` adds to a file of that version.
 ADDED_IN: dict[int, tuple[str, ...]] = {2: ADDED_IN_V2, 3: ADDED_IN_V3}
