@@ -7,8 +7,18 @@ import numpy as np
 import pytest
 from skimage import data as skdata
 
+from cnnbench.data import decode
 from cnnbench.data.decode import decode_image, open_video, read_image
 from cnnbench.errors import DataError
+
+
+@pytest.fixture(params=["simplejpeg", "opencv"])
+def jpeg_decoder(request, monkeypatch) -> str:
+    """Each image test runs with both JPEG paths (simplejpeg, and OpenCV where simplejpeg is missing)."""
+    if request.param == "opencv":
+        monkeypatch.setattr(decode, "_simplejpeg", lambda: None)
+    assert decode.jpeg_decoder() == request.param
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +36,7 @@ def encode(image: np.ndarray, ext: str, params: tuple[int, ...] = ()) -> bytes:
     return buf.tobytes()
 
 
-def test_jpeg_and_png_decode_to_rgb(photo, tmp_path):
+def test_jpeg_and_png_decode_to_rgb(photo, tmp_path, jpeg_decoder):
     png = decode_image(encode(photo, ".png"), "a.png")
     assert png.dtype == np.uint8 and png.shape == (128, 128, 3)
     np.testing.assert_array_equal(png, photo)  # lossless, and RGB not BGR
@@ -39,7 +49,7 @@ def test_jpeg_and_png_decode_to_rgb(photo, tmp_path):
     assert read_image(path).shape == (128, 128, 3)
 
 
-def test_grey_and_rgba_become_three_channels(photo):
+def test_grey_and_rgba_become_three_channels(photo, jpeg_decoder):
     grey = photo.mean(axis=2).astype(np.uint8)
     for ext in (".png", ".jpg"):
         out = decode_image(encode(grey, ext), "g" + ext)
@@ -50,7 +60,7 @@ def test_grey_and_rgba_become_three_channels(photo):
     np.testing.assert_array_equal(out, photo)  # alpha dropped, as PIL's convert("RGB")
 
 
-def test_bad_images_are_named(photo, tmp_path):
+def test_bad_images_are_named(photo, tmp_path, jpeg_decoder):
     jpeg, png = encode(photo, ".jpg"), encode(photo, ".png")
     corrupt_png = bytearray(png)
     corrupt_png[len(png) // 2:len(png) // 2 + 16] = b"0123456789abcdef"  # chunk CRC no longer matches

@@ -1,11 +1,12 @@
 """Image and video decoding to uint8 HWC RGB, with corrupt input named instead of decoded wrongly.
 
-Images: OpenCV's ``imdecode`` (libjpeg-turbo and libpng inside the opencv-python-headless wheel) was the
-fastest decoder measured by ``benchmarks/decode_speed.py`` that the GPU machine also has (see the
-README); it decodes straight to RGB (``IMREAD_COLOR_RGB``), converts grey to three channels and drops
-alpha (as PIL's ``convert("RGB")`` does in torchvision's ImageFolder loader), and ignores EXIF
-orientation (as PIL, ``tf.io.decode_jpeg`` and ``torchvision.io.decode_jpeg`` do), so every
-framework's pipeline sees the same pixels.
+Images: JPEGs are decoded by simplejpeg (libjpeg-turbo's TurboJPEG API), the fastest decoder measured by
+``benchmarks/decode_speed.py`` (see the README) and a 0.4 MiB wheel; where it is not installed, and for
+PNG, other formats and CMYK JPEGs, by OpenCV's ``imdecode`` (libjpeg-turbo and libpng inside the
+opencv-python-headless wheel). Both give the same pixels (libjpeg-turbo's default IDCT and upsampling;
+the benchmark checks), straight to RGB; grey becomes three equal channels and alpha is dropped (as PIL's
+``convert("RGB")`` in torchvision's ImageFolder loader); EXIF orientation is ignored (as PIL,
+``tf.io.decode_jpeg`` and ``torchvision.io.decode_jpeg`` do), so every framework sees the same pixels.
 
 OpenCV is lenient where a benchmark must not be: it returns ``None`` for some bad input and silently
 decodes a truncated JPEG with a grey bottom. So the container is checked first: a JPEG must have its
@@ -41,6 +42,20 @@ def _cv2():
     return cv2
 
 
+def _simplejpeg():
+    """The simplejpeg module, or None where it is not installed (OpenCV decodes JPEGs then)."""
+    try:
+        import simplejpeg
+    except ImportError:
+        return None
+    return simplejpeg
+
+
+def jpeg_decoder() -> str:
+    """Which library decodes JPEGs in this process: ``simplejpeg`` or ``opencv``."""
+    return "simplejpeg" if _simplejpeg() is not None else "opencv"
+
+
 def image_format(data: bytes) -> str | None:
     """The format named by the file's leading bytes (``JPEG``, ``PNG``, ...), None when none matches."""
     if data.startswith(JPEG_MAGIC):
@@ -73,6 +88,13 @@ def decode_image(data: bytes, source: str) -> np.ndarray:
     if fmt is None:
         raise DataError(f"{source}: not an image (no JPEG/PNG/BMP/WebP/TIFF signature; starts with {data[:8]!r})")
     _check_complete(data, fmt, source)
+    simplejpeg = _simplejpeg() if fmt == "JPEG" else None
+    if simplejpeg is not None:
+        try:
+            if simplejpeg.decode_jpeg_header(data)[2] in ("Gray", "YCbCr", "RGB"):  # not CMYK/YCCK
+                return simplejpeg.decode_jpeg(data, colorspace="RGB")
+        except ValueError as exc:  # strict: recoverable libjpeg errors too
+            raise DataError(f"{source}: corrupt JPEG ({exc})") from None
     cv2 = _cv2()
     buffer = np.frombuffer(data, dtype=np.uint8)
     image = cv2.imdecode(buffer, cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION)
