@@ -7,16 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import REPO
+from transforms_probe import cases
 
 from cnnbench.data.augment import IMAGENET_MEAN, IMAGENET_STD, reference_prepare
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-from transforms_probe import cases  # noqa: E402
 
 FRAMEWORKS = ("torch", "jax", "tensorflow")
 # float32 source coordinates differ by one ulp where a framework fuses a multiply-add (XLA does, eager
