@@ -1,9 +1,9 @@
 """Run as a script in its own process: `python tests/transforms_probe.py FRAMEWORK OUT.npz [cpu|gpu]`.
 
 FRAMEWORK is torch, jax or tensorflow; the batch is put on the CPU (default) or the first GPU.
-Builds the same uint8 batches (crops of scikit-image photographs,
-and random noise) and the same crop_draws, runs that framework's ``prepare`` on each case -- eagerly,
-and compiled (torch.compile fullgraph, tf.function with XLA, an outer jax.jit) with the draws as device
+Builds the same uint8 batches (crops of scikit-image photographs, and random noise) and the same
+crop_draws, runs that framework's ``prepare`` on each case -- eagerly, and compiled (torch.compile
+fullgraph, tf.function with XLA and no static batch size, an outer jax.jit) with the draws as device
 arrays -- and saves every output as float32 NHWC, with the inputs, for tests/test_transforms.py.
 """
 
@@ -114,7 +114,11 @@ def run_tensorflow(case: dict, compiled: bool, device: str) -> tuple[np.ndarray,
     if compiled:
         def fn(i, b, f):
             return prepare(i, b, f, case["out_hw"], IMAGENET_MEAN, IMAGENET_STD, case["dtype"])
-        out = tf.function(fn, jit_compile=True)(images, tf.constant(case["boxes"]), tf.constant(case["flips"]))
+        # Traced without a static batch size, as a tf.data pipeline without drop_remainder gives it.
+        signature = [tf.TensorSpec([None, *images.shape[1:]], tf.uint8), tf.TensorSpec([None, 4], tf.float32),
+                     tf.TensorSpec([None], tf.bool)]
+        compiled_fn = tf.function(fn, jit_compile=True, input_signature=signature)
+        out = compiled_fn(images, tf.constant(case["boxes"]), tf.constant(case["flips"]))
     else:
         out = prepare(images, case["boxes"], case["flips"], case["out_hw"], IMAGENET_MEAN, IMAGENET_STD, case["dtype"])
     return tf.cast(out, tf.float32).numpy(), out.dtype.name
