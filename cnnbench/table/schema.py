@@ -27,8 +27,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("spec_name", str, "`name` field of the experiment spec."),
     Column("spec_hash", str, "Hash of the spec's fixed fields (everything but the swept lists)."),
     Column("trial", int, "Repetition index, 0-based."),
-    Column("mode", str, "train | infer (forward-only, batch sweep or ablation) | serve (dynamic batching)."),
-    Column("variant", str, "infer: sweep, baseline, a toggle name or all; serve: dynamic or batch1."),
+    Column("mode", str, "train | infer (forward-only, batch sweep or ablation) | serve (dynamic batching, "
+                        "in-process) | serve-http (`cnnbench serve` under `cnnbench load`)."),
+    Column("variant", str, "infer: sweep, baseline, a toggle name or all; serve: dynamic or batch1; "
+                          "serve-http: dynamic or none (one forward per request)."),
     Column("backend", str, "torch | tensorflow | jax."),
     Column("backend_version", str, "Version of the backend's framework."),
     Column("stack_versions", str, "All framework packages the worker imported, name=version;..."),
@@ -79,6 +81,12 @@ COLUMNS: tuple[Column, ...] = (
     Column("batch_timeout_ms", float, "serve: the micro-batcher's deadline from the oldest request's arrival."),
     Column("mean_batch", float, "serve: mean size of the batches the micro-batcher flushed."),
     Column("profile_path", str, "Trace of one window written by --profile (folder or file)."),
+    Column("request_input", str, "serve-http: what each request carried: raw (a uint8 tensor), jpeg or png."),
+    Column("requests_offered", int, "serve-http: requests the load generator sent at this load."),
+    Column("errors_by_status", str, "serve-http: requests not answered 200, by HTTP status (or timeout/"
+                                    "connection), e.g. 503=12;500=1."),
+    Column("max_queue", int, "serve-http: the server's bound on requests waiting for the device."),
+    Column("decode_workers", int, "serve-http: the server's image-decoding threads."),
     Column("peak_memory_mb", float, "Peak device memory of device 0, MiB (CPU: worker peak RSS)."),
     Column("params", int, "Trainable parameters."),
     Column("train_loss_final", float, "Mean training loss over the last epoch (or last steps)."),
@@ -116,7 +124,9 @@ ADDED_IN_V2: tuple[str, ...] = (
 
 # Columns that schema version 3 added (real input, HTTP serving, health, measurement spread); older
 # files get them empty (`cnnbench upgrade`).
-ADDED_IN_V3: tuple[str, ...] = ()
+ADDED_IN_V3: tuple[str, ...] = (
+    "request_input", "requests_offered", "errors_by_status", "max_queue", "decode_workers",
+)
 
 # Every version's additions, oldest first: what `cnnbench upgrade` adds to a file of that version.
 ADDED_IN: dict[int, tuple[str, ...]] = {2: ADDED_IN_V2, 3: ADDED_IN_V3}
