@@ -257,6 +257,7 @@ def serve(
     batching: Annotated[Optional[str], typer.Option(
         help="dynamic (pipelined batcher) or none (one forward per request).")] = None,
     top_k: Annotated[Optional[int], typer.Option(help="Classes in each answer.")] = None,
+    http: Annotated[Optional[str], typer.Option(help="uvicorn's HTTP parser: auto, h11 or httptools.")] = None,
 ) -> None:
     """Serve the spec's model over HTTP: POST /v1/infer, GET /healthz, /metrics, /v1/info (SIGTERM drains)."""
     from cnnbench.infer.server import serve_spec
@@ -265,7 +266,7 @@ def serve(
     _check_device(device)
     overrides = {"host": host, "port": port, "max_batch": max_batch, "deadline_ms": deadline_ms,
                  "max_queue": max_queue, "max_body_bytes": max_body_bytes, "decode_workers": decode_workers,
-                 "batching": batching, "top_k": top_k}
+                 "batching": batching, "top_k": top_k, "http": http}
     code = serve_spec(load_spec(spec), backend, device, overrides)
     if code:
         raise typer.Exit(code)

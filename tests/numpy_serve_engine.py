@@ -2,18 +2,21 @@
 serves it with the real server (Starlette on uvicorn, the real batcher): batching, the bounded queue,
 faults and draining can be checked exactly, and quickly, without a deep-learning framework.
 
-Usage: python tests/numpy_serve_engine.py PORT COMPUTE_MS MAX_BATCH MAX_QUEUE DEADLINE_MS [BATCHING]
+Usage: python tests/numpy_serve_engine.py PORT COMPUTE_MS MAX_BATCH MAX_QUEUE DEADLINE_MS [BATCHING [HTTP]]
+(benchmarks/gpu_serve.sh also serves it with COMPUTE_MS 0: what the HTTP stack alone sustains).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-SHAPE = (4, 4, 1)
+# NUMPY_ENGINE_SHAPE=224,224,3: requests of a real model's size (the HTTP stack's cost grows with the body)
+SHAPE = tuple(int(n) for n in os.environ.get("NUMPY_ENGINE_SHAPE", "4,4,1").split(","))
 
 
 def expected_answer(image: np.ndarray) -> list[int]:
@@ -64,10 +67,14 @@ def main() -> None:
 
     port, compute_ms, max_batch, max_queue, deadline_ms = sys.argv[1:6]
     batching = sys.argv[6] if len(sys.argv) > 6 else "dynamic"
+    http = sys.argv[7] if len(sys.argv) > 7 else "auto"
     config = ServeConfig(port=int(port), max_batch=int(max_batch), max_queue=int(max_queue),
                          deadline_ms=float(deadline_ms), decode_workers=2, pad_multiple=1, batching=batching,
-                         max_body_bytes=4096)
-    info = {"image_shape": list(SHAPE), "row": {"backend": "numpy", "model": "sum-mod-10"}}
+                         max_body_bytes=2**24, http=http)
+    info = {"image_shape": list(SHAPE), "config": {"max_batch": int(max_batch)},
+            "row": {"schema_version": 3, "mode": "serve-http", "variant": batching, "backend": "numpy",
+                    "model": "none (HTTP stack only)", "backend_options": "", "max_batch": int(max_batch),
+                    "batch_timeout_ms": float(deadline_ms), "max_queue": int(max_queue), "decode_workers": 2}}
     service = InferenceService(config, lambda: NumpyEngine(float(compute_ms)), info,
                                wrap_engine=faults.install_on_engine)
     sys.exit(run_server(service))

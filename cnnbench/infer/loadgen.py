@@ -227,6 +227,8 @@ def load_row(info: dict[str, Any], result: HttpLoadResult, kind: str, mean_batch
     import uuid
 
     row = dict(info["row"])
+    if row.get("backend_options") and info.get("http_parser"):
+        row["backend_options"] += f";http={info['http_parser']}"
     row.update({
         "run_id": uuid.uuid4().hex[:12], "timestamp_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "arrival_rate_rps": result.offered_rps, "requests_offered": result.sent, "requests": result.ok,

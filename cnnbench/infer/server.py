@@ -32,6 +32,7 @@ from cnnbench.infer.batcher import Closed, PipelinedBatcher, QueueFull, ServeEng
 from cnnbench.infer.images import BadInput, decode_image, raw_tensor
 
 BATCHING_MODES = ("dynamic", "none")
+HTTP_PARSERS = ("auto", "h11", "httptools")
 IMAGE_TYPES = ("image/jpeg", "image/png", "application/octet-stream")
 
 
@@ -49,6 +50,7 @@ class ServeConfig:
     pad_multiple: int = 8
     top_k: int = 5
     batching: str = "dynamic"
+    http: str = "auto"  # uvicorn's HTTP parser: httptools where installed (auto), else the pure-Python h11
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_queue", "max_body_bytes", "decode_workers", "pad_multiple", "top_k"):
@@ -58,6 +60,8 @@ class ServeConfig:
             raise UserError(f"serve: port must be 0..65535, found {self.port}")
         if self.deadline_ms < 0:
             raise UserError(f"serve: deadline_ms must be >= 0, found {self.deadline_ms}")
+        if self.http not in HTTP_PARSERS:
+            raise UserError(f"serve: http must be one of {', '.join(HTTP_PARSERS)}, found {self.http!r}")
         if self.batching not in BATCHING_MODES:
             raise UserError(f"serve: batching must be one of {', '.join(BATCHING_MODES)}, found {self.batching!r}")
 
@@ -151,7 +155,8 @@ class InferenceService:
             self.ready.set()
             print(f"cnnbench serve: ready on http://{self.config.host}:{self.config.port} "
                   f"({self.info['row']['backend']} {self.info['row']['model']}, {self.info['device_name']}, "
-                  f"warm-up {self.info['warmup_s']:.1f} s)", file=sys.stderr, flush=True)
+                  f"warm-up {self.info['warmup_s']:.1f} s, HTTP parser {self.info.get('http_parser')})",
+                  file=sys.stderr, flush=True)
         except BaseException as exc:  # noqa: BLE001 - the server must stop, saying why
             self.failure = f"{type(exc).__name__}: {exc}".strip()
             print(f"cnnbench serve: model failed to load: {self.failure}", file=sys.stderr, flush=True)
@@ -298,9 +303,11 @@ def run_server(service: InferenceService) -> int:
                     signal.signal(sig, handler)
 
     config = service.config
-    server = GracefulServer(uvicorn.Config(build_app(service), host=config.host, port=config.port,
-                                           log_level="warning", access_log=False, lifespan="on",
-                                           timeout_graceful_shutdown=60))
+    settings = uvicorn.Config(build_app(service), host=config.host, port=config.port, http=config.http,
+                              log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=60)
+    server = GracefulServer(settings)
+    settings.load()
+    service.info["http_parser"] = settings.http_protocol_class.__module__.rsplit(".", 1)[-1]  # e.g. h11_impl
     service.on_failure = lambda: setattr(server, "should_exit", True)
     server.run()
     return 1 if service.failure else 0
@@ -329,6 +336,10 @@ def serve_spec(spec: Any, backend: str | None, device_kind: str | None, override
         spec = dataclasses.replace(spec, serve=dataclasses.replace(table, batching=config.batching))
     run, variant = serve_run(spec, names[0], device_kind)
     module = registry.load(run.backend)
+    if run.device_kind == "cpu":
+        # Intra-op threads of a CPU model fight the server's own threads (event loop, decoders, batcher)
+        # for the cores: with all cores they made a 2-core machine 20x slower at low load.
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) - config.decode_workers - 1)))
     # Set before the framework is imported (it is, lazily, in the loader thread): e.g. a CPU run hides
     # the GPUs, JAX gets its platform.
     for key, value in module.launch_layout(run).env.items():
