@@ -136,14 +136,15 @@ def summary(folder: str) -> None:
               f"img/s ({item['batcher_img_s'] / item['engine_img_s']:.0%}); JPEG {item['jpeg_source']} decode "
               f"{item['decode_per_s_1']:,.0f}/s on 1 thread, {item['decode_per_s_workers']:,.0f}/s on "
               f"{item['decode_workers']}")
-    print("backend  batching  input  offered  achieved  vs-engine  p50ms  p90ms  p99ms  mean-batch  errors")
+    print("backend  batching  input  offered  achieved  vs-engine  p50ms  p90ms  p99ms  mean-batch  client-lag-p99ms  "
+          "errors")
     for row in rows:
         engine = pipeline.get(row["backend"], {}).get("engine_img_s")
         achieved = float(row["images_per_sec"] or 0)
         share = f"{achieved / engine:.0%}" if engine else "-"
         cells = [row["backend"], row["variant"], row["request_input"], row["arrival_rate_rps"], f"{achieved:,.0f}",
                  share, row["latency_ms_p50"] or "-", row["latency_ms_p90"] or "-", row["latency_ms_p99"] or "-",
-                 row["mean_batch"] or "-", row["errors_by_status"] or "none"]
+                 row["mean_batch"] or "-", row.get("client_lag_ms_p99") or "-", row["errors_by_status"] or "none"]
         print("  ".join(cells))
 
 

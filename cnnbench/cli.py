@@ -319,7 +319,8 @@ def load(
         p50, p99 = result.percentile(50), result.percentile(99)
         print(f"{offered:g} req/s offered: {result.achieved_rps:.0f} answered/s, {result.ok}/{result.sent} ok, "
               f"p50 {p50 or float('nan'):.1f} ms, p99 {p99 or float('nan'):.1f} ms, mean batch "
-              f"{mean_batch or float('nan'):.1f}, errors {result.errors_text() or 'none'}")
+              f"{mean_batch or float('nan'):.1f}, errors {result.errors_text() or 'none'}, client lag p99 "
+              f"{result.client_lag_ms_p99:.1f} ms")
     print(f"appended {len(rows)} row(s) to {out}")
     if any(r["status"] == "failed" for r in rows):
         raise typer.Exit(1)

@@ -279,6 +279,7 @@ def test_load_command_writes_serve_http_rows(torch_server, tmp_path):
     assert row["request_input"] == "raw" and float(row["mean_batch"]) >= 1.0
     assert 0 < float(row["latency_ms_p50"]) <= float(row["latency_ms_p99"])
     assert row["arrival_rate_rps"] == "40" and float(row["images_per_sec"]) > 5
+    assert float(row["client_lag_ms_p99"]) >= 0 and "http=" in row["backend_options"]
 
 
 # -- a real model: JAX -----------------------------------------------------------------------------

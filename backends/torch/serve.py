@@ -34,6 +34,8 @@ class TorchServeEngine:
         self.copy_stream = torch.cuda.Stream(self.device) if self.on_gpu else None
         self.compute_stream = torch.cuda.Stream(self.device) if self.on_gpu else None
         self._host: list[torch.Tensor] = []
+        if self.on_gpu:
+            torch.cuda.synchronize()  # scale and shift were made on the default stream; launches use others
 
     def staging_buffers(self, count: int, max_batch: int) -> list[np.ndarray]:
         shape = (max_batch, *self.image_shape)

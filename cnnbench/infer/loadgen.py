@@ -99,22 +99,23 @@ class LoadPlan:
 
 
 async def _offer(plan: LoadPlan, bodies: list[tuple[bytes, dict[str, str]]],
-                 start: float) -> list[tuple[float, float, str]]:
+                 start: float) -> list[tuple[float, float, float, str]]:
     import httpx
 
     offsets = poisson_arrivals(plan.rate_rps, plan.requests, plan.max_duration_s, plan.seed)
     limits = httpx.Limits(max_connections=plan.connections, max_keepalive_connections=plan.connections)
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(plan.timeout_s)) as client:
 
-        async def one(index: int, scheduled: float) -> tuple[float, float, str]:
+        async def one(index: int, scheduled: float) -> tuple[float, float, float, str]:
             body, headers = bodies[index % len(bodies)]
+            sent = time.monotonic()  # later than scheduled when this client cannot keep up
             try:
                 status = str((await client.post(plan.url, content=body, headers=headers)).status_code)
             except httpx.TimeoutException:
                 status = "timeout"
             except httpx.HTTPError:
                 status = "connection"
-            return scheduled, time.monotonic(), status
+            return scheduled, sent, time.monotonic(), status
 
         tasks = []
         for index, offset in enumerate(offsets):
@@ -127,7 +128,7 @@ async def _offer(plan: LoadPlan, bodies: list[tuple[bytes, dict[str, str]]],
 
 
 def _offer_in_process(plan: LoadPlan, bodies: list[tuple[bytes, dict[str, str]]],
-                      start: float) -> list[tuple[float, float, str]]:
+                      start: float) -> list[tuple[float, float, float, str]]:
     try:
         import uvloop
 
@@ -145,6 +146,7 @@ class HttpLoadResult:
     latency_ms: np.ndarray  # of the 200 answers, from each request's scheduled arrival
     errors: dict[str, int]  # status (or timeout / connection) -> count, everything but 200
     wall_s: float
+    client_lag_ms_p99: float  # how late requests left the client after their scheduled time
 
     def percentile(self, q: float) -> float | None:
         return float(np.percentile(self.latency_ms, q)) if len(self.latency_ms) else None
@@ -167,15 +169,17 @@ def offer_load(url: str, bodies: list[tuple[bytes, dict[str, str]]], rate_rps: f
         with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
             parts = [pool.submit(_offer_in_process, plan, bodies, start) for plan in plans]
             outcomes = [item for part in parts for item in part.result()]
-    statuses = Counter(status for _, _, status in outcomes)
-    good = [(s, d) for s, d, status in outcomes if status == "200"]
-    end = max((d for _, d, _ in outcomes), default=start)
+    statuses = Counter(status for *_, status in outcomes)
+    good = [(s, d) for s, _, d, status in outcomes if status == "200"]
+    end = max((d for _, _, d, _ in outcomes), default=start)
+    lag = [(sent - s) * 1000.0 for s, sent, _, _ in outcomes]
     last_ok = max((d for _, d in good), default=start)
     return HttpLoadResult(
         offered_rps=rate_rps, sent=len(outcomes), ok=len(good),
         achieved_rps=len(good) / (last_ok - start) if good and last_ok > start else 0.0,
         latency_ms=np.array([(d - s) * 1000.0 for s, d in good]),
-        errors={k: v for k, v in statuses.items() if k != "200"}, wall_s=end - start)
+        errors={k: v for k, v in statuses.items() if k != "200"}, wall_s=end - start,
+        client_lag_ms_p99=float(np.percentile(lag, 99)) if lag else 0.0)
 
 
 def batch_totals(metrics_text: str) -> tuple[float, float]:
@@ -227,15 +231,16 @@ def load_row(info: dict[str, Any], result: HttpLoadResult, kind: str, mean_batch
     import uuid
 
     row = dict(info["row"])
-    if row.get("backend_options") and info.get("http_parser"):
-        row["backend_options"] += f";http={info['http_parser']}"
+    if info.get("http_parser"):  # uvicorn's HTTP parser (httptools or h11) moves the ceiling
+        row["backend_options"] = ";".join(filter(None, [row.get("backend_options"), f"http={info['http_parser']}"]))
     row.update({
         "run_id": uuid.uuid4().hex[:12], "timestamp_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "arrival_rate_rps": result.offered_rps, "requests_offered": result.sent, "requests": result.ok,
         "images_per_sec": result.achieved_rps, "images_per_sec_per_device": result.achieved_rps,
         "latency_ms_p50": result.percentile(50), "latency_ms_p90": result.percentile(90),
         "latency_ms_p99": result.percentile(99), "mean_batch": mean_batch, "request_input": kind,
-        "errors_by_status": result.errors_text(), "status": "ok" if result.ok else "failed",
+        "errors_by_status": result.errors_text(), "client_lag_ms_p99": result.client_lag_ms_p99,
+        "status": "ok" if result.ok else "failed",
         "error": None if result.ok else f"no request was answered 200 ({result.errors_text()})",
     })
     return row

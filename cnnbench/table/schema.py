@@ -85,6 +85,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("requests_offered", int, "serve-http: requests the load generator sent at this load."),
     Column("errors_by_status", str, "serve-http: requests not answered 200, by HTTP status (or timeout/"
                                     "connection), e.g. 503=12;500=1."),
+    Column("client_lag_ms_p99", float, "serve-http: 99th percentile of how late the load generator sent a "
+                                       "request after its scheduled arrival; large: the client, not the server, "
+                                       "was the bound."),
     Column("max_queue", int, "serve-http: the server's bound on requests waiting for the device."),
     Column("decode_workers", int, "serve-http: the server's image-decoding threads."),
     Column("peak_memory_mb", float, "Peak device memory of device 0, MiB (CPU: worker peak RSS)."),
@@ -125,7 +128,7 @@ ADDED_IN_V2: tuple[str, ...] = (
 # Columns that schema version 3 added (real input, HTTP serving, health, measurement spread); older
 # files get them empty (`cnnbench upgrade`).
 ADDED_IN_V3: tuple[str, ...] = (
-    "request_input", "requests_offered", "errors_by_status", "max_queue", "decode_workers",
+    "request_input", "requests_offered", "errors_by_status", "client_lag_ms_p99", "max_queue", "decode_workers",
 )
 
 # Every version's additions, oldest first: what `cnnbench upgrade` adds to a file of that version.
