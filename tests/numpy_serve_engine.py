@@ -26,14 +26,17 @@ def expected_answer(image: np.ndarray) -> list[int]:
 
 
 class NumpyEngine:
-    """Sleeps ``compute_ms`` per launched batch (a device computing), answers in a thread of its own."""
+    """A device that computes one batch at a time for ``compute_ms`` each, queued in launch order: a
+    launch returns at once with the time its batch will be ready; collecting waits until then."""
 
     image_shape = SHAPE
     pad_multiple = 1
 
-    def __init__(self, compute_ms: float) -> None:
+    def __init__(self, compute_ms: float, build_s: float = 0.0) -> None:
+        time.sleep(build_s)  # a model that takes a while to load: /healthz must say so meanwhile
         self.compute_s = compute_ms / 1000.0
-        self.launched: list[int] = []
+        self.device_free_at = 0.0
+        self.launches: list[tuple[float, float, int]] = []  # (launched, ready, valid) per batch
 
     def staging_buffers(self, count: int, max_batch: int) -> list[np.ndarray]:
         self._host = [np.zeros((max_batch, *SHAPE), np.uint8) for _ in range(count)]
@@ -44,8 +47,10 @@ class NumpyEngine:
         return ids, np.full(ids.shape, 0.5, np.float32)
 
     def launch(self, index: int, valid: int):
-        self.launched.append(valid)
-        return time.perf_counter() + self.compute_s, self._answer(self._host[index][:valid].copy())
+        now = time.perf_counter()
+        self.device_free_at = max(self.device_free_at, now) + self.compute_s
+        self.launches.append((now, self.device_free_at, valid))
+        return self.device_free_at, self._answer(self._host[index][:valid].copy())
 
     def collect(self, handle):
         ready_at, answer = handle
@@ -75,7 +80,8 @@ def main() -> None:
             "row": {"schema_version": 3, "mode": "serve-http", "variant": batching, "backend": "numpy",
                     "model": "none (HTTP stack only)", "backend_options": "", "max_batch": int(max_batch),
                     "batch_timeout_ms": float(deadline_ms), "max_queue": int(max_queue), "decode_workers": 2}}
-    service = InferenceService(config, lambda: NumpyEngine(float(compute_ms)), info,
+    build_s = float(os.environ.get("NUMPY_ENGINE_BUILD_S", "0"))
+    service = InferenceService(config, lambda: NumpyEngine(float(compute_ms), build_s), info,
                                wrap_engine=faults.install_on_engine)
     sys.exit(run_server(service))
 

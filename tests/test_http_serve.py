@@ -59,13 +59,18 @@ class Server:
         self.base = f"http://127.0.0.1:{port}"
         self.process = subprocess.Popen(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.seen_warming = False  # /healthz answered 503 "warming" before it was ready
+
+    def wait_ready(self) -> Server:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError(f"server exited {self.process.returncode}: {self.process.stdout.read()}")
             try:
-                if httpx.get(self.base + "/healthz", timeout=2).status_code == 200:
-                    return
+                health = httpx.get(self.base + "/healthz", timeout=2)
+                if health.status_code == 200:
+                    return self
+                self.seen_warming |= health.json()["status"] == "warming"
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
@@ -88,13 +93,13 @@ def _numpy_server(compute_ms: float, max_batch: int, max_queue: int, deadline_ms
     port = _free_port()
     command = [sys.executable, str(REPO / "tests" / "numpy_serve_engine.py"), str(port), str(compute_ms),
                str(max_batch), str(max_queue), str(deadline_ms), batching]
-    return Server(command, port, env)
+    return Server(command, port, env).wait_ready()
 
 
 def _model_server(tmp_path: Path, backend: str) -> Server:
     spec = write_spec(tmp_path, TINY_SERVE.format(backend=backend), f"{backend}.toml")
     port = _free_port()
-    return Server([sys.executable, "-m", "cnnbench.cli", "serve", str(spec), "--port", str(port)], port)
+    return Server([sys.executable, "-m", "cnnbench.cli", "serve", str(spec), "--port", str(port)], port).wait_ready()
 
 
 def _raw(client: httpx.Client, base: str, image: np.ndarray, **headers: str) -> httpx.Response:
@@ -121,6 +126,29 @@ def _metric(base: str, name: str) -> float:
 
 
 # -- the server itself, on the framework-free engine ----------------------------------------------
+
+
+def test_healthz_and_infer_answer_503_until_the_model_is_loaded_and_warm():
+    port = _free_port()
+    server = Server([sys.executable, str(REPO / "tests" / "numpy_serve_engine.py"), str(port), "1", "4", "8", "1"],
+                    port, env={"NUMPY_ENGINE_BUILD_S": "3"})
+    try:
+        deadline, early = time.monotonic() + 60, None
+        while early is None and time.monotonic() < deadline:
+            try:
+                early = httpx.post(server.base + "/v1/infer", content=_image_bytes(), timeout=5,
+                                   headers={"x-tensor-shape": ",".join(map(str, SHAPE))})
+            except httpx.ConnectError:  # not listening yet
+                time.sleep(0.1)
+        assert early is not None and early.status_code == 503 and "warming up" in early.json()["error"]
+        server.wait_ready()
+        assert server.seen_warming
+    finally:
+        assert server.stop() == 0
+
+
+def _image_bytes() -> bytes:
+    return np.zeros(SHAPE, np.uint8).tobytes()
 
 
 def test_past_max_queue_the_server_answers_503_with_retry_after_and_every_200_is_right():
