@@ -4,7 +4,7 @@
 #   0. the HTTP stack alone (Starlette on uvicorn + the batcher, a model that takes no time) at saturation;
 #   for each backend:
 #   1. the engine alone, the in-process pipelined batcher and JPEG decode rates (serve_pipeline.py);
-#   2. the server with dynamic batching: raw uint8 requests at 100 req/s (p99 target) and at saturation,
+#   2. the server with dynamic batching: raw uint8 requests at 100 req/s (p99 target), 3,000 and 8,000 req/s,
 #      JPEG requests (500x375 pictures, decoded and resized by the server) at saturation;
 #   3. the plain route (batching none: one forward per request) at 100 req/s and at saturation.
 # Usage: benchmarks/gpu_serve.sh OUT_DIR  (SMOKE=1: a tiny CPU model and small rates, as a dry run)
@@ -36,10 +36,10 @@ pad_multiple = 4
 max_queue = 64
 decode_workers = 2
 TOML
-  device=cpu; low=20; high=200; jpeg_rate=100; plain_high=100; secs=2; procs=1; shape=16,16,3
+  device=cpu; low=20; mid=100; high=200; jpeg_rate=100; plain_high=100; secs=2; procs=1; shape=16,16,3
 else
   spec=experiments/resnet50_serve.toml
-  device=gpu; low=100; high=8000; jpeg_rate=4000; plain_high=1500; secs=3; procs=6; shape=224,224,3
+  device=gpu; low=100; mid=3000; high=8000; jpeg_rate=4000; plain_high=1500; secs=3; procs=6; shape=224,224,3
 fi
 port=8100
 url=http://127.0.0.1:$port
@@ -75,6 +75,7 @@ for backend in torch jax; do
     pid=$!
     load "$out/serve_http.csv" "$low" raw
     if [[ $batching == dynamic ]]; then
+      load "$out/serve_http.csv" "$mid" raw
       load "$out/serve_http.csv" "$high" raw
       load "$out/serve_http.csv" "$jpeg_rate" jpeg --source-size 500x375
     else
