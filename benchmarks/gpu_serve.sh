@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `cnnbench serve` on one GPU: ResNet-50 bf16 at 224 behind HTTP, PyTorch then JAX, server and load
 # generator on the same machine's cores.
-#   0. the HTTP stack alone (Starlette on uvicorn + the batcher, a model that takes no time) at saturation;
+#   0. the HTTP stack alone (Starlette on uvicorn + the batcher, a model that takes no time) at saturation,
+#      with httptools (if installed) and with h11;
 #   for each backend:
 #   1. the engine alone, the in-process pipelined batcher and JPEG decode rates (serve_pipeline.py);
 #   2. the server with dynamic batching: raw uint8 requests at 100 req/s (p99 target), 3,000 and 8,000 req/s,
@@ -57,12 +58,15 @@ stop() {  # stop PID LOG: SIGTERM (the server drains), bounded wait, the exit co
   wait "$1"; echo "server exit code $?" >> "$2"
 }
 
-# 0. The HTTP stack alone: what one server process can answer when the model costs nothing.
-NUMPY_ENGINE_SHAPE=$shape "$py" tests/numpy_serve_engine.py "$port" 0 32 512 5 dynamic auto \
-  >> "$out/serve_numpy.log" 2>&1 &
-pid=$!
-load "$out/stack_http.csv" "$high" raw
-stop "$pid" "$out/serve_numpy.log"
+# 0. The HTTP stack alone: what one server process can answer when the model costs nothing, with
+#    uvicorn's default parser (httptools where installed) and with the pure-Python h11.
+for parser in auto h11; do
+  NUMPY_ENGINE_SHAPE=$shape "$py" tests/numpy_serve_engine.py "$port" 0 32 512 5 dynamic "$parser" \
+    >> "$out/serve_numpy.log" 2>&1 &
+  pid=$!
+  load "$out/stack_http.csv" "$high" raw
+  stop "$pid" "$out/serve_numpy.log"
+done
 
 for backend in torch jax; do
   log=$out/serve_$backend.log

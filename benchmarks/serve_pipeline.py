@@ -142,8 +142,10 @@ def summary(folder: str) -> None:
         engine = pipeline.get(row["backend"], {}).get("engine_img_s")
         achieved = float(row["images_per_sec"] or 0)
         share = f"{achieved / engine:.0%}" if engine else "-"
-        cells = [row["backend"], row["variant"], row["request_input"], row["arrival_rate_rps"], f"{achieved:,.0f}",
-                 share, row["latency_ms_p50"] or "-", row["latency_ms_p90"] or "-", row["latency_ms_p99"] or "-",
+        parser = row["backend_options"].rsplit("http=", 1)[-1] if "http=" in row["backend_options"] else "?"
+        cells = [f"{row['backend']}({parser})", row["variant"], row["request_input"], row["arrival_rate_rps"],
+                 f"{achieved:,.0f}", share, row["latency_ms_p50"] or "-", row["latency_ms_p90"] or "-",
+                 row["latency_ms_p99"] or "-",
                  row["mean_batch"] or "-", row.get("client_lag_ms_p99") or "-", row["errors_by_status"] or "none"]
         print("  ".join(cells))
 
