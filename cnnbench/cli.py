@@ -243,10 +243,10 @@ def infer(
 
 @app.command()
 def serve(
-    spec: Annotated[Path, typer.Argument(help="Experiment TOML: the model, precision, [serve] settings.")],
+    spec: Annotated[Path, typer.Argument(help="Experiment TOML: the model, precision, \\[serve] settings.")],
     backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="torch or jax (one per process).")] = None,
     device: DeviceOpt = None,
-    host: Annotated[Optional[str], typer.Option(help="Address to bind (default [serve] host, 127.0.0.1).")] = None,
+    host: Annotated[Optional[str], typer.Option(help="Address to bind (default: \\[serve] host, 127.0.0.1).")] = None,
     port: Annotated[Optional[int], typer.Option(help="TCP port (0: any free one).")] = None,
     max_batch: Annotated[Optional[int], typer.Option(help="Largest batch the batcher launches.")] = None,
     deadline_ms: Annotated[Optional[float], typer.Option(
