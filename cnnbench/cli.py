@@ -377,6 +377,91 @@ def health(
 
 
 @app.command()
+def serve(
+    spec: Annotated[Path, typer.Argument(help="Experiment TOML: the model, precision, [serve] settings.")],
+    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="torch or jax (one per process).")] = None,
+    device: DeviceOpt = None,
+    host: Annotated[Optional[str], typer.Option(help="Address to bind (default: [serve] host, 127.0.0.1).")] = None,
+    port: Annotated[Optional[int], typer.Option(help="TCP port (0: any free one).")] = None,
+    max_batch: Annotated[Optional[int], typer.Option(help="Largest batch the batcher launches.")] = None,
+    deadline_ms: Annotated[Optional[float], typer.Option(
+        help="Launch a batch when its oldest request has waited this long.")] = None,
+    max_queue: Annotated[Optional[int], typer.Option(help="Requests waiting at most; past it 503.")] = None,
+    max_body_bytes: Annotated[Optional[int], typer.Option(help="Larger bodies get 413.")] = None,
+    decode_workers: Annotated[Optional[int], typer.Option(help="Image-decoding threads.")] = None,
+    batching: Annotated[Optional[str], typer.Option(
+        help="dynamic (pipelined batcher) or none (one forward per request).")] = None,
+    top_k: Annotated[Optional[int], typer.Option(help="Classes in each answer.")] = None,
+    http: Annotated[Optional[str], typer.Option(help="uvicorn's HTTP parser: auto, h11 or httptools.")] = None,
+) -> None:
+    """Serve the spec's model over HTTP: POST /v1/infer, GET /healthz, /metrics, /v1/info (SIGTERM drains)."""
+    from cnnbench.infer.server import serve_spec
+    from cnnbench.spec import load_spec
+
+    _check_device(device)
+    overrides = {"host": host, "port": port, "max_batch": max_batch, "deadline_ms": deadline_ms,
+                 "max_queue": max_queue, "max_body_bytes": max_body_bytes, "decode_workers": decode_workers,
+                 "batching": batching, "top_k": top_k, "http": http}
+    code = serve_spec(load_spec(spec), backend, device, overrides)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def load(
+    url: Annotated[str, typer.Argument(help="The server, e.g. http://127.0.0.1:8000 (loopback only).")],
+    rate: Annotated[list[float], typer.Option("--rate", "-r", help="Offered load, requests/s (repeatable).")],
+    requests: Annotated[int, typer.Option(min=1, help="Requests per rate, at most.")] = 1000,
+    duration: Annotated[float, typer.Option(min=0.1, help="Arrivals at each rate end after this many s.")] = 10.0,
+    input: Annotated[str, typer.Option("--input", help="raw (uint8 tensor), jpeg or png.")] = "raw",
+    source_size: Annotated[Optional[str], typer.Option(
+        help="jpeg/png: picture size WxH before the server resizes it (default the model's).")] = None,
+    processes: Annotated[int, typer.Option(min=1, help="Client processes sharing the rate.")] = 1,
+    connections: Annotated[int, typer.Option(min=1, help="HTTP connections, all processes together.")] = 256,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Per-request limit, s.")] = 30.0,
+    wait: Annotated[float, typer.Option(min=0.0, help="Wait this long for /healthz to say ready, s.")] = 600.0,
+    seed: Annotated[int, typer.Option(min=0)] = 0,
+    out: Annotated[Path, typer.Option(help="Results CSV to append to.")] = Path("results") / "serve_http.csv",
+) -> None:
+    """Open-loop Poisson load over HTTP against `cnnbench serve`; one `serve-http` row per rate."""
+    from cnnbench.infer import loadgen
+    from cnnbench.table import store
+
+    if input not in loadgen.INPUTS:
+        raise UserError(f"--input: expected one of {', '.join(loadgen.INPUTS)}, found {input!r}")
+    size = None
+    if source_size:
+        try:
+            size = tuple(int(n) for n in source_size.lower().split("x"))
+            assert len(size) == 2 and min(size) > 0
+        except (ValueError, AssertionError):
+            raise UserError(f"--source-size: expected WxH such as 500x375, found {source_size!r}") from None
+    base = loadgen.check_loopback(url)
+    store.check_appendable(out)
+    info = loadgen.wait_ready(base, wait)
+    bodies = loadgen.request_bodies(input, tuple(info["image_shape"]), size, seed=seed)
+    rows = []
+    for offered in rate:
+        before = loadgen.batch_totals(loadgen.get_json(base, "/metrics")[1])
+        result = loadgen.offer_load(base + "/v1/infer", bodies, offered, requests, duration, timeout,
+                                    connections, processes, seed)
+        after = loadgen.batch_totals(loadgen.get_json(base, "/metrics")[1])
+        batches = after[1] - before[1]
+        mean_batch = (after[0] - before[0]) / batches if batches else None
+        row = loadgen.load_row(info, result, input, mean_batch)
+        store.append_rows(out, [row])
+        rows.append(row)
+        p50, p99 = result.percentile(50), result.percentile(99)
+        print(f"{offered:g} req/s offered: {result.achieved_rps:.0f} answered/s, {result.ok}/{result.sent} ok, "
+              f"p50 {p50 or float('nan'):.1f} ms, p99 {p99 or float('nan'):.1f} ms, mean batch "
+              f"{mean_batch or float('nan'):.1f}, errors {result.errors_text() or 'none'}, client lag p99 "
+              f"{result.client_lag_ms_p99:.1f} ms")
+    print(f"appended {len(rows)} row(s) to {out}")
+    if any(r["status"] == "failed" for r in rows):
+        raise typer.Exit(1)
+
+
+@app.command()
 def upgrade(csv: Annotated[list[Path], typer.Argument(help="Results CSVs written by an older cnnbench.")]) -> None:
     """Rewrite older results files in the current row format (added columns left empty)."""
     from cnnbench.table.store import upgrade_file
@@ -389,7 +474,8 @@ def upgrade(csv: Annotated[list[Path], typer.Argument(help="Results CSVs written
 @app.command()
 def samples(
     out_dir: Annotated[Path, typer.Argument(help="Folder to write images/CLASS/*.jpg and video.mp4 into.")],
-    size: Annotated[tuple[int, int], typer.Option(help="Image and frame size H W.")] = (375, 500),
+    size: Annotated[tuple[int, int], typer.Option(
+        metavar="INTEGER INTEGER", help="Image and frame size: height, width.")] = (375, 500),
     per_class: Annotated[int, typer.Option(min=1, help="JPEGs per class.")] = 8,
     classes: Annotated[int, typer.Option(min=1, help="Classes (one scikit-image photograph each).")] = 4,
     video_frames: Annotated[int, typer.Option(min=0, help="Frames of the sample video (0: no video).")] = 32,

@@ -148,7 +148,8 @@ class InferSpec:
 
 @dataclass(frozen=True)
 class ServeSpec:
-    """`cnnbench infer`: a dynamic micro-batcher under open-loop Poisson load (and batch = 1)."""
+    """`cnnbench infer`: a dynamic micro-batcher under open-loop Poisson load (and batch = 1);
+    `cnnbench serve`: the HTTP server's settings."""
 
     rates: tuple[float, ...] = _f((), "Offered loads in requests/s; empty: no serving runs.", min=0.001)
     max_batch: int = _f(32, "The batcher flushes when it holds this many requests...", min=1)
@@ -157,6 +158,15 @@ class ServeSpec:
     max_duration_s: float = _f(20.0, "Arrivals at each rate end after this long.", min=0.1)
     pad_multiple: int = _f(8, "Dynamic batches are padded to a multiple of this, so that compiled and "
                               "jitted models see a few shapes only.", min=1)
+    # `cnnbench serve` (the HTTP server); max_batch, timeout_ms (the deadline) and pad_multiple apply too.
+    host: str = _f("127.0.0.1", "serve: address to bind.")
+    port: int = _f(8000, "serve: TCP port (0: any free port).", min=0, max=65535)
+    max_queue: int = _f(256, "serve: requests waiting for the device at most; past it, 503 with Retry-After.", min=1)
+    max_body_bytes: int = _f(8 * 2**20, "serve: larger request bodies get 413.", min=1)
+    decode_workers: int = _f(4, "serve: threads decoding JPEG/PNG bodies (OpenCV releases the GIL).", min=1)
+    top_k: int = _f(5, "serve: classes in each answer.", min=1)
+    batching: str = _f("dynamic", "serve: dynamic (the pipelined batcher) or none (one forward per request, "
+                                  "the plain route pattern).", choices=("dynamic", "none"))
 
 
 @dataclass(frozen=True)
@@ -219,7 +229,8 @@ class Spec:
     jax: JaxOptions = _f(JaxOptions(), "JAX options.")
     keras: KerasOptions = _f(KerasOptions(), "Keras 3 options.")
     infer: InferSpec = _f(InferSpec(), "Inference benchmark (`cnnbench infer`).")
-    serve: ServeSpec = _f(ServeSpec(), "Dynamic batching under load (`cnnbench infer`).")
+    serve: ServeSpec = _f(ServeSpec(), "Dynamic batching under load (`cnnbench infer`), the HTTP server "
+                                       "(`cnnbench serve`).")
     slurm: SlurmSpec = _f(SlurmSpec(), "Batch jobs of `cnnbench sweep --slurm`.")
     source: str = field(default="<spec>", metadata={"internal": True})
 

@@ -7,7 +7,9 @@ import time
 
 import numpy as np
 import pytest
+from numpy_serve_engine import SHAPE, NumpyEngine, expected_answer
 
+from cnnbench.infer.batcher import PipelinedBatcher, QueueFull, batch_shapes, padded_size
 from cnnbench.infer.serving import MicroBatcher, poisson_arrivals, run_open_loop
 
 
@@ -90,3 +92,57 @@ def test_poisson_arrivals_are_bounded_and_have_the_rate():
     assert len(times) == 20_000 and np.all(np.diff(times) >= 0)
     assert 1 / np.mean(np.diff(times)) == pytest.approx(100.0, rel=0.03)
     assert poisson_arrivals(100.0, 20_000, 2.0).max() < 2.0
+
+
+# -- the pipelined batcher of `cnnbench serve` -------------------------------------------------------
+
+
+def _image(value: int) -> np.ndarray:
+    image = np.zeros(SHAPE, np.uint8)
+    image.flat[0] = value
+    return image
+
+
+def test_pipelined_batcher_launches_the_next_batch_while_the_previous_one_computes():
+    engine = NumpyEngine(compute_ms=100)
+    batcher = PipelinedBatcher(engine, max_batch=4, deadline_ms=10_000, max_queue=64)
+    futures = [batcher.submit(_image(i)) for i in range(12)]
+    answers = [f.result(timeout=10)[0].tolist() for f in futures]
+    batcher.close()
+    assert answers == [expected_answer(_image(i)) for i in range(12)]
+    assert [valid for _, _, valid in engine.launches] == [4, 4, 4]  # full batches, no deadline wait
+    (l0, r0, _), (l1, _, _), (l2, _, _) = engine.launches
+    assert l1 < r0  # batch 1 was handed to the device before batch 0's results were back
+    assert l2 >= r0 - 0.02  # two in flight at most: batch 2 waited for batch 0
+
+
+def test_pipelined_batcher_flushes_at_the_oldest_requests_deadline():
+    engine = NumpyEngine(compute_ms=1)
+    batcher = PipelinedBatcher(engine, max_batch=64, deadline_ms=60, max_queue=64)
+    begun = time.perf_counter()
+    futures = [batcher.submit(_image(i)) for i in range(3)]
+    for f in futures:
+        f.result(timeout=5)
+    waited = (time.perf_counter() - begun) * 1000
+    batcher.close()
+    assert [valid for _, _, valid in engine.launches] == [3]
+    assert 55 <= waited <= 60 + 200
+
+
+def test_pipelined_batcher_refuses_past_max_queue_and_close_answers_everything_admitted():
+    engine = NumpyEngine(compute_ms=50)
+    batcher = PipelinedBatcher(engine, max_batch=2, deadline_ms=10_000, max_queue=3, in_flight=1)
+    admitted, refused = [], 0
+    for i in range(12):
+        try:
+            admitted.append((i, batcher.submit(_image(i))))
+        except QueueFull:
+            refused += 1
+    batcher.close()  # launches the partial batch at once, answers all
+    assert refused > 0 and len(admitted) + refused == 12
+    assert all(f.result(timeout=5)[0].tolist() == expected_answer(_image(i)) for i, f in admitted)
+
+
+def test_padded_batch_sizes():
+    assert [padded_size(n, 8, 32) for n in (1, 8, 9, 31, 32)] == [8, 8, 16, 32, 32]
+    assert batch_shapes(32, 8) == [8, 16, 24, 32] and batch_shapes(5, 1) == [1, 2, 3, 4, 5]

@@ -79,6 +79,13 @@ def build_inference(run: Run, variant):
     return JaxInference(run, variant)
 
 
+def build_serve_engine(run: Run, variant, top_k: int, pad_multiple: int):
+    """The engine of `cnnbench serve`: staging buffers, asynchronous device_put, top-k in the jit."""
+    from backends.jax.serve import JaxServeEngine
+
+    return JaxServeEngine(run, variant, top_k, pad_multiple)
+
+
 def devices() -> list[str]:
     import jax
 

@@ -88,3 +88,10 @@ def build_inference(run: Run, variant):
     from backends.torch.infer import TorchInference
 
     return TorchInference(run, variant)
+
+
+def build_serve_engine(run: Run, variant, top_k: int, pad_multiple: int):
+    """The engine of `cnnbench serve`: pinned staging buffers, a copy stream, top-k on the device."""
+    from backends.torch.serve import TorchServeEngine
+
+    return TorchServeEngine(run, variant, top_k, pad_multiple)

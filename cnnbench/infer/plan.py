@@ -27,6 +27,8 @@ from cnnbench.errors import SpecError
 from cnnbench.runs import Run, resolve_device_kind
 from cnnbench.spec import Spec, dataset_info_for, spec_hash
 
+SERVE_BACKENDS = ("torch", "jax")  # backends with a `build_serve_engine`
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -164,6 +166,25 @@ def serve_jobs(spec: Spec, variant: Variant) -> list[dict[str, Any]]:
                          "max_duration_s": serve.max_duration_s,
                          "pad_multiple": serve.pad_multiple if max_batch > 1 else 1})
     return jobs
+
+
+def serve_run(spec: Spec, backend: str, device_kind: str | None = None) -> tuple[Run, Variant]:
+    """The run and variant `cnnbench serve` builds its one model from: the spec's own configuration
+    (its first precision), as the sweep measures it."""
+    kind = device_kind or resolve_device_kind(spec.device)
+    if spec.devices != (1,):
+        raise SpecError(spec.source, "devices", f"serving runs on one device; found {list(spec.devices)}")
+    if backend not in SERVE_BACKENDS:
+        raise SpecError(spec.source, "backends", f"serve: backend {backend} has no serving engine; use one of "
+                                                 f"{', '.join(SERVE_BACKENDS)}")
+    # The staging buffers are page-locked on a GPU whatever the spec's pin_memory says.
+    own = sweep_variants(spec, backend, spec.precision[0])[0]
+    variant = dataclasses.replace(own, name=spec.serve.batching, input="uint8_pinned" if kind == "gpu" else "resident",
+                                  pad_multiple=spec.serve.pad_multiple)
+    reason = _unsupported(backend, variant, kind, None)
+    if reason:
+        raise SpecError(spec.source, "precision", f"serve: {backend}: {reason}")
+    return _infer_run(spec, backend, spec.precision[0], kind, dataset_info_for(spec), "", []), variant
 
 
 def _infer_run(spec: Spec, backend: str, precision: str, kind: str, info: Any, profile_dir: str,

@@ -32,6 +32,15 @@ def parse(text: str) -> dict[str, str]:
     return fields
 
 
+def _misbehave(kind: str, message: str) -> None:
+    if kind == "raise":
+        raise InjectedFault(message)
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    while True:  # hang
+        time.sleep(3600)
+
+
 def install(trainer: object, process_index: int) -> None:
     """Wrap ``trainer.step`` so that it misbehaves at the configured step and rank."""
     text = os.environ.get(ENV_VAR)
@@ -50,13 +59,30 @@ def install(trainer: object, process_index: int) -> None:
             inner()
             return
         if counter[0] == target:
-            if fault["kind"] == "raise":
-                raise InjectedFault(f"injected fault at step {target} on process {process_index}")
-            if fault["kind"] == "kill":
-                os.kill(os.getpid(), signal.SIGKILL)
-            while True:  # hang
-                time.sleep(3600)
+            _misbehave(fault["kind"], f"injected fault at step {target} on process {process_index}")
         counter[0] += 1
         inner()
 
     trainer.step = step  # type: ignore[attr-defined]
+
+
+def install_on_engine(engine: object) -> None:
+    """`cnnbench serve`: ``CNNBENCH_FAULT="step=S,kind=raise"`` makes the model call of served batch S
+    (0-based, counted after warm-up) misbehave; with ``batching = "none"`` each request is a batch."""
+    text = os.environ.get(ENV_VAR)
+    if not text:
+        return
+    fault, counter = parse(text), [0]
+    target = int(fault["step"])
+
+    def wrapped(inner):
+        def call(*args, **kwargs):
+            index, counter[0] = counter[0], counter[0] + 1
+            if index == target:
+                _misbehave(fault["kind"], f"injected fault in served batch {target}")
+            return inner(*args, **kwargs)
+
+        return call
+
+    engine.launch = wrapped(engine.launch)  # type: ignore[attr-defined]
+    engine.infer_now = wrapped(engine.infer_now)  # type: ignore[attr-defined]

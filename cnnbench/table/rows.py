@@ -169,3 +169,17 @@ def skipped_variant_row(run: Run, variant: Any, reason: str, batch: int) -> dict
     row = infer_base_row(run, {"kind": "ablation", "variant": fields, "batch": batch})
     row["status"], row["error"] = STATUS_SKIPPED, reason
     return row
+
+
+def serve_http_row(run: Run, variant: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """The configuration half of a `serve-http` row; `cnnbench load` adds what it measured."""
+    row = base_row(run)
+    row.update({
+        "mode": "serve-http", "variant": variant.name, "precision": variant.precision, "compile": variant.compile,
+        "backend_options": variant.options_text(), "per_device_batch": config["max_batch"],
+        "global_batch": config["max_batch"], "max_batch": config["max_batch"],
+        "batch_timeout_ms": config["deadline_ms"], "max_queue": config["max_queue"],
+        "decode_workers": config["decode_workers"], "lr": None, "steps": None, "epochs": None,
+        "windows": None, "window_steps": None, "warmup_steps": None,
+    })
+    return row

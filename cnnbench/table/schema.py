@@ -27,8 +27,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("spec_name", str, "`name` field of the experiment spec."),
     Column("spec_hash", str, "Hash of the spec's fixed fields (everything but the swept lists)."),
     Column("trial", int, "Repetition index, 0-based."),
-    Column("mode", str, "train | infer (forward-only, batch sweep or ablation) | serve (dynamic batching)."),
-    Column("variant", str, "infer: sweep, baseline, a toggle name or all; serve: dynamic or batch1."),
+    Column("mode", str, "train | infer (forward-only, batch sweep or ablation) | serve (dynamic batching, "
+                        "in-process) | serve-http (`cnnbench serve` under `cnnbench load`)."),
+    Column("variant", str, "infer: sweep, baseline, a toggle name or all; serve: dynamic or batch1; "
+                          "serve-http: dynamic or none (one forward per request)."),
     Column("backend", str, "torch | tensorflow | jax."),
     Column("backend_version", str, "Version of the backend's framework."),
     Column("stack_versions", str, "All framework packages the worker imported, name=version;..."),
@@ -92,6 +94,15 @@ COLUMNS: tuple[Column, ...] = (
     Column("nvml_memory_used_mb", float, "NVML device memory used, max over the timed windows, MiB."),
     Column("nvml_power_w", float, "NVML board power, mean over the timed windows, W."),
     Column("loader_gpu_mb", float, "GPU memory held by the worker's child processes (loader workers), NVML, MiB."),
+    Column("request_input", str, "serve-http: what each request carried: raw (a uint8 tensor), jpeg or png."),
+    Column("requests_offered", int, "serve-http: requests the load generator sent at this load."),
+    Column("errors_by_status", str, "serve-http: requests not answered 200, by HTTP status (or timeout/"
+                                    "connection), e.g. 503=12;500=1."),
+    Column("client_lag_ms_p99", float, "serve-http: 99th percentile of how late the load generator sent a "
+                                       "request after its scheduled arrival; large: the client, not the server, "
+                                       "was the bound."),
+    Column("max_queue", int, "serve-http: the server's bound on requests waiting for the device."),
+    Column("decode_workers", int, "serve-http: the server's image-decoding threads."),
     Column("peak_memory_mb", float, "Peak device memory of device 0, MiB (CPU: worker peak RSS)."),
     Column("params", int, "Trainable parameters."),
     Column("train_loss_final", float, "Mean training loss over the last epoch (or last steps)."),
@@ -133,6 +144,7 @@ ADDED_IN_V3: tuple[str, ...] = (
     "step_time_spread", "slurm_job_id",
     "device_busy_share", "copy_share", "h2d_bytes_per_image", "sync_share", "nvml_gpu_util_pct",
     "nvml_memory_used_mb", "nvml_power_w", "loader_gpu_mb",
+    "request_input", "requests_offered", "errors_by_status", "client_lag_ms_p99", "max_queue", "decode_workers",
 )
 
 # Every version's additions, oldest first: what `cnnbench upgrade` adds to a file of that version.

@@ -1,0 +1,159 @@
+"""Reference numbers for `cnnbench serve`, without HTTP, and the summary of `gpu_serve.sh`.
+
+``measure SPEC BACKEND DEVICE OUT.jsonl``: builds the server's own engine (uint8 staging buffers, pinned
+on a GPU; the copy stream or async device_put) and appends one JSON line with
+- ``engine_img_s``: the engine alone at ``max_batch``, two batches in flight, back to back (the model's
+  own throughput with uint8 pinned input at the server's batch size);
+- ``batch_ms``: one batch of ``max_batch`` alone, launch to top-k on the host (one batch's compute);
+- ``batcher_img_s``: the pipelined batcher in process, images submitted one by one as fast as one
+  thread can;
+- ``decode_per_s_1`` / ``decode_per_s_workers``: JPEG decode + resize to the model's size of a
+  ``SOURCE`` picture (default 500x375, ImageNet's typical size), one thread and ``decode_workers``
+  threads.
+
+``summary OUT_DIR``: the table the README needs, from OUT_DIR/{stack,serve}_http.csv and pipeline.jsonl.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import json
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+
+def _engine_rate(engine, buffers, max_batch: int, windows: int = 5, steps: int = 20) -> tuple[float, float]:
+    for index in range(len(buffers)):  # warm every buffer once
+        engine.collect(engine.launch(index, max_batch))
+    alone = []
+    for _ in range(10):
+        begun = time.perf_counter()
+        engine.collect(engine.launch(0, max_batch))
+        alone.append((time.perf_counter() - begun) * 1000)
+    rates = []
+    for _ in range(windows):
+        in_flight: collections.deque = collections.deque()
+        begun = time.perf_counter()
+        for step in range(steps):
+            in_flight.append(engine.launch(step % len(buffers), max_batch))
+            if len(in_flight) == 2:
+                engine.collect(in_flight.popleft())
+        while in_flight:
+            engine.collect(in_flight.popleft())
+        rates.append(steps * max_batch / (time.perf_counter() - begun))
+    return float(np.median(rates)), float(np.median(alone))
+
+
+def _batcher_rate(engine, max_batch: int, deadline_ms: float, count: int) -> float:
+    from cnnbench.infer.batcher import PipelinedBatcher, QueueFull, batch_shapes
+
+    batcher = PipelinedBatcher(engine, max_batch, deadline_ms, max_queue=4 * max_batch)
+    image = np.random.default_rng(0).integers(0, 256, engine.image_shape, dtype=np.uint8)
+    for size in batch_shapes(max_batch, engine.pad_multiple):  # every shape, in the batcher's threads
+        for future in [batcher.submit(image) for _ in range(size)]:
+            future.result()
+    futures: collections.deque = collections.deque()
+    begun = time.perf_counter()
+    sent = 0
+    while sent < count:
+        try:
+            futures.append(batcher.submit(image))
+            sent += 1
+        except QueueFull:  # the device is behind: wait for the oldest answer, as a client would
+            futures.popleft().result()
+    for future in futures:
+        future.result()
+    rate = count / (time.perf_counter() - begun)
+    batcher.close()
+    return rate
+
+
+def _decode_rates(shape: tuple[int, int, int], source: tuple[int, int], workers: int) -> dict[str, float]:
+    from cnnbench.infer.images import decode_image
+    from cnnbench.infer.loadgen import request_bodies
+
+    bodies = [body for body, _ in request_bodies("jpeg", shape, source, count=8)]
+
+    def decode_for(seconds: float) -> int:
+        done, end = 0, time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            decode_image(bodies[done % len(bodies)], shape[0], shape[2])
+            done += 1
+        return done
+
+    one = decode_for(1.0) / 1.0
+    with ThreadPoolExecutor(workers) as pool:
+        many = sum(pool.map(decode_for, [1.0] * workers)) / 1.0
+    return {"decode_per_s_1": one, "decode_per_s_workers": many, "decode_workers": workers,
+            "jpeg_bytes_mean": float(np.mean([len(b) for b in bodies])), "jpeg_source": f"{source[0]}x{source[1]}"}
+
+
+def measure(spec_path: str, backend: str, device: str, out: str) -> None:
+    import backends
+    from cnnbench.infer.plan import serve_run
+    from cnnbench.spec import load_spec
+
+    spec = load_spec(spec_path)
+    run, variant = serve_run(spec, backend, device)
+    module = backends.load(backend)
+    for key, value in module.launch_layout(run).env.items():
+        os.environ.setdefault(key, value)
+    serve = spec.serve
+    engine = module.build_serve_engine(run, variant, serve.top_k, serve.pad_multiple)
+    buffers = engine.staging_buffers(3, serve.max_batch)
+    rng = np.random.default_rng(0)
+    for buffer in buffers:
+        buffer[:] = rng.integers(0, 256, buffer.shape, dtype=np.uint8)
+    engine_rate, batch_ms = _engine_rate(engine, buffers, serve.max_batch)
+    result = {"backend": backend, "model": run.model, "precision": run.precision, "max_batch": serve.max_batch,
+              "device_name": engine.device_name(), "engine_img_s": engine_rate, "batch_ms": batch_ms,
+              "batcher_img_s": _batcher_rate(engine, serve.max_batch, serve.timeout_ms, 200 * serve.max_batch)}
+    source = tuple(int(n) for n in os.environ.get("SOURCE", "500x375").split("x"))
+    result.update(_decode_rates(engine.image_shape, source, serve.decode_workers))
+    with open(out, "a") as f:
+        f.write(json.dumps(result) + "\n")
+    print(json.dumps(result))
+
+
+def summary(folder: str) -> None:
+    base = Path(folder)
+    pipeline = {}
+    if (base / "pipeline.jsonl").exists():
+        for line in (base / "pipeline.jsonl").read_text().splitlines():
+            item = json.loads(line)
+            pipeline[item["backend"]] = item
+    rows = [row for name in ("stack_http.csv", "serve_http.csv") if (base / name).exists()
+            for row in csv.DictReader((base / name).open())]
+    for backend, item in pipeline.items():
+        print(f"{backend}: engine alone at batch {item['max_batch']}: {item['engine_img_s']:,.0f} img/s "
+              f"(one batch {item['batch_ms']:.2f} ms); in-process pipelined batcher {item['batcher_img_s']:,.0f} "
+              f"img/s ({item['batcher_img_s'] / item['engine_img_s']:.0%}); JPEG {item['jpeg_source']} decode "
+              f"{item['decode_per_s_1']:,.0f}/s on 1 thread, {item['decode_per_s_workers']:,.0f}/s on "
+              f"{item['decode_workers']}")
+    print("backend  batching  input  offered  achieved  vs-engine  p50ms  p90ms  p99ms  mean-batch  client-lag-p99ms  "
+          "errors")
+    for row in rows:
+        engine = pipeline.get(row["backend"], {}).get("engine_img_s")
+        achieved = float(row["images_per_sec"] or 0)
+        share = f"{achieved / engine:.0%}" if engine else "-"
+        parser = row["backend_options"].rsplit("http=", 1)[-1] if "http=" in row["backend_options"] else "?"
+        cells = [f"{row['backend']}({parser})", row["variant"], row["request_input"], row["arrival_rate_rps"],
+                 f"{achieved:,.0f}", share, row["latency_ms_p50"] or "-", row["latency_ms_p90"] or "-",
+                 row["latency_ms_p99"] or "-",
+                 row["mean_batch"] or "-", row.get("client_lag_ms_p99") or "-", row["errors_by_status"] or "none"]
+        print("  ".join(cells))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["measure"]:
+        measure(*sys.argv[2:6])
+    elif sys.argv[1:2] == ["summary"]:
+        summary(sys.argv[2])
+    else:
+        sys.exit(__doc__)

@@ -1,0 +1,90 @@
+"""A framework-free serving engine whose answer is a known function of the image, and a script that
+serves it with the real server (Starlette on uvicorn, the real batcher): batching, the bounded queue,
+faults and draining can be checked exactly, and quickly, without a deep-learning framework.
+
+Usage: python tests/numpy_serve_engine.py PORT COMPUTE_MS MAX_BATCH MAX_QUEUE DEADLINE_MS [BATCHING [HTTP]]
+(benchmarks/gpu_serve.sh also serves it with COMPUTE_MS 0: what the HTTP stack alone sustains).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+# NUMPY_ENGINE_SHAPE=224,224,3: requests of a real model's size (the HTTP stack's cost grows with the body)
+SHAPE = tuple(int(n) for n in os.environ.get("NUMPY_ENGINE_SHAPE", "4,4,1").split(","))
+
+
+def expected_answer(image: np.ndarray) -> list[int]:
+    """The classes the engine gives an image: its pixel sum mod 10, then the next ones."""
+    first = int(image.astype(np.int64).sum()) % 10
+    return [first, (first + 1) % 10]
+
+
+class NumpyEngine:
+    """A device that computes one batch at a time for ``compute_ms`` each, queued in launch order: a
+    launch returns at once with the time its batch will be ready; collecting waits until then."""
+
+    image_shape = SHAPE
+    pad_multiple = 1
+
+    def __init__(self, compute_ms: float, build_s: float = 0.0) -> None:
+        time.sleep(build_s)  # a model that takes a while to load: /healthz must say so meanwhile
+        self.compute_s = compute_ms / 1000.0
+        self.device_free_at = 0.0
+        self.launches: list[tuple[float, float, int]] = []  # (launched, ready, valid) per batch
+
+    def staging_buffers(self, count: int, max_batch: int) -> list[np.ndarray]:
+        self._host = [np.zeros((max_batch, *SHAPE), np.uint8) for _ in range(count)]
+        return self._host
+
+    def _answer(self, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.array([expected_answer(image) for image in images])
+        return ids, np.full(ids.shape, 0.5, np.float32)
+
+    def launch(self, index: int, valid: int):
+        now = time.perf_counter()
+        self.device_free_at = max(self.device_free_at, now) + self.compute_s
+        self.launches.append((now, self.device_free_at, valid))
+        return self.device_free_at, self._answer(self._host[index][:valid].copy())
+
+    def collect(self, handle):
+        ready_at, answer = handle
+        time.sleep(max(0.0, ready_at - time.perf_counter()))
+        return answer
+
+    def infer_now(self, images: np.ndarray):
+        time.sleep(self.compute_s)
+        return self._answer(images)
+
+    def device_name(self) -> str:
+        return "numpy"
+
+
+def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from cnnbench.infer.server import InferenceService, ServeConfig, run_server
+    from cnnbench.run import faults
+
+    port, compute_ms, max_batch, max_queue, deadline_ms = sys.argv[1:6]
+    batching = sys.argv[6] if len(sys.argv) > 6 else "dynamic"
+    http = sys.argv[7] if len(sys.argv) > 7 else "auto"
+    config = ServeConfig(port=int(port), max_batch=int(max_batch), max_queue=int(max_queue),
+                         deadline_ms=float(deadline_ms), decode_workers=2, pad_multiple=1, batching=batching,
+                         max_body_bytes=2**24, http=http)
+    info = {"image_shape": list(SHAPE), "config": {"max_batch": int(max_batch)},
+            "row": {"schema_version": 3, "mode": "serve-http", "variant": batching, "backend": "numpy",
+                    "model": "none (HTTP stack only)", "backend_options": "", "max_batch": int(max_batch),
+                    "batch_timeout_ms": float(deadline_ms), "max_queue": int(max_queue), "decode_workers": 2}}
+    build_s = float(os.environ.get("NUMPY_ENGINE_BUILD_S", "0"))
+    service = InferenceService(config, lambda: NumpyEngine(float(compute_ms), build_s), info,
+                               wrap_engine=faults.install_on_engine)
+    sys.exit(run_server(service))
+
+
+if __name__ == "__main__":
+    main()
