@@ -67,7 +67,7 @@ def test_inference_specs_are_planned_by_infer_with_their_jobs():
 
 def test_a_spec_with_training_and_inference_tables_is_planned_for_both(tmp_path):
     spec = write_spec(tmp_path, TINY_DIGITS.replace('dataset = "digits"', 'dataset = "synthetic"')
-                      .replace("epochs = 2", "") + "[infer]\nbatch_sizes = [1, 4]\n")
+                      .replace("epochs = 2", "") + "[infer]\nbatch_sizes = [1, 4]\ninput = \"float32_pageable\"\n")
     plans = _plans(_validate(spec))
     assert plans == {"run": 1, "infer": 2}
     assert _plans(_validate(spec, "--for", "infer")) == {"infer": 2}
