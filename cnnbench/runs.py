@@ -39,7 +39,7 @@ class Run:
     model: str
     dataset: str
     data_path: str
-    image_size: int
+    image_size: tuple[int, int]  # (height, width)
     channels: int
     num_classes: int
     synthetic_size: int
@@ -75,6 +75,7 @@ class Run:
     profile_dir: str = ""  # --profile: trace one window into this folder
     model_parallel: int = 1  # devices per model copy (data+tensor)
     microbatches: int = 1  # pipeline micro-batches per step
+    data: dict[str, Any] = field(default_factory=dict)  # the spec's [data] table (real input)
 
     @property
     def device_type(self) -> str:
@@ -96,7 +97,9 @@ class Run:
 
     @classmethod
     def from_json(cls, text: str) -> Run:
-        return cls(**json.loads(text))
+        fields = json.loads(text)
+        fields["image_size"] = tuple(fields["image_size"])  # JSON has lists
+        return cls(**fields)
 
 
 def plan_windows(total_steps: int, steps_per_epoch: int, warmup_steps: int, windows: int,
@@ -157,6 +160,9 @@ def expand(spec: Spec, *, backends: tuple[str, ...] | None = None,
     if check_devices:
         _check_devices(spec, kind, devices, hosts)
     info = dataset_info_for(spec)
+    if not info.labelled:
+        raise SpecError(src, "data_path", f"{spec.data_path} is a flat folder without labels: only `cnnbench infer` "
+                                          f"can use it; training needs CLASS/ sub-folders")
     model = MODELS[spec.model]
     if "fp16" in spec.precision and kind != "gpu":
         raise SpecError(src, "precision", "fp16 (with loss scaling) needs a GPU; use fp32 or bf16 on CPU")
@@ -194,7 +200,7 @@ def expand(spec: Spec, *, backends: tuple[str, ...] | None = None,
                 window_steps=spec.timing.window_steps, seed=spec.seed,
                 target_accuracy=spec.target_accuracy, timeout_s=spec.timeout_s, options=options,
                 host_rank=host_rank, coordinator=coordinator, model_parallel=spec.model_parallel,
-                microbatches=spec.microbatches,
+                microbatches=spec.microbatches, data=dataclasses.asdict(spec.data),
             )
             problem = getattr(backend_module(backend), "unsupported", lambda _: None)(run)
             if problem:
@@ -229,7 +235,7 @@ def _check_devices(spec: Spec, kind: str, devices: tuple[int, ...], hosts: int) 
 def _steps(spec: Spec, info: Any, global_batch: int) -> tuple[int, int, int]:
     """(steps_per_epoch, total_steps, epochs) for one global batch, validated against the timing."""
     t = spec.timing
-    if spec.dataset == "synthetic":
+    if spec.dataset in ("synthetic", "video"):  # a stream of steps, no epochs or test split
         needed = protocol_steps(t.warmup_steps, t.windows, t.window_steps)
         total = spec.steps or needed
         steps_per_epoch, epochs = 0, 0
@@ -243,6 +249,6 @@ def _steps(spec: Spec, info: Any, global_batch: int) -> tuple[int, int, int]:
     try:
         plan_windows(total, steps_per_epoch, t.warmup_steps, t.windows, t.window_steps)
     except ValueError as exc:
-        field_name = "steps" if spec.dataset == "synthetic" else "epochs"
+        field_name = "steps" if spec.dataset in ("synthetic", "video") else "epochs"
         raise SpecError(spec.source, field_name, f"{exc} (global batch {global_batch})") from None
     return steps_per_epoch, total, epochs

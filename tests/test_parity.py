@@ -16,6 +16,14 @@ def test_parity_across_all_backends():
     assert len(pairs) == 3 * 3
 
 
+def test_parity_at_a_non_square_size():
+    """Height != width: the same logits and step in all three frameworks (global pooling adapts)."""
+    checks = run_parity(["resnet18_cifar"], BACKENDS, image_size=(16, 36))  # 36 -> 18 -> 9 -> 5: odd sides
+    failed = [c for c in checks if not c.ok]
+    assert not failed, format_checks(failed)
+    assert len({c.pair for c in checks if c.pair != "layout"}) == 3
+
+
 def test_a_perturbed_weight_fails_parity():
     checks = run_parity(["smallcnn"], ["torch", "jax"], perturb=("jax", "conv2.weight"))
     failed = {c.what for c in checks if not c.ok}

@@ -80,7 +80,7 @@ class JaxTrainer:
         axis = AXIS if (self.pmap and run.sync_bn and run.devices > 1) else None
         self.model = build_model(run.model, run.num_classes, dtype, groups, axis)
         self.eval_model = build_model(run.model, run.num_classes, dtype)
-        shape = (1, run.image_size, run.image_size, run.channels)
+        shape = (1, *run.image_size, run.channels)
         variables = self.model.init(jax.random.key(run.seed), jnp.zeros(shape, jnp.float32), train=False)
         self.tx = make_optimizer(run, ctx.lr_table)
         state = {"params": variables["params"], "batch_stats": variables.get("batch_stats", {})}

@@ -78,7 +78,7 @@ class PipelineTrainer(TorchTrainer):
         whole model) in eval mode: without them PipelineStage infers shapes by running a training-mode
         forward on uninitialised buffers, which corrupts batch-norm running statistics."""
         run = self.run
-        x = torch.zeros((run.global_batch // run.microbatches, run.channels, run.image_size, run.image_size),
+        x = torch.zeros((run.global_batch // run.microbatches, run.channels, *run.image_size),
                         device=self.device).contiguous(memory_format=self.memory_format)
         self.module.eval()
         with torch.no_grad(), torch.autocast(self.device.type, dtype=self.autocast_dtype,

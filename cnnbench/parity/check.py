@@ -20,7 +20,7 @@ import numpy as np
 
 from backends import REGISTRY
 from cnnbench import envinfo
-from cnnbench.model.facts import REFERENCE_PARAMS
+from cnnbench.model.facts import REFERENCE_PARAMS, image_hw
 from cnnbench.model.layout import neutral_layout, trainable_count
 from cnnbench.parity.probe import ProbeResult, probe_run, random_weights, run_probe
 
@@ -101,18 +101,20 @@ def participants(backends: list[str]) -> list[tuple[str, str, str]]:
 
 
 def run_parity(models: list[str], backends: list[str], perturb: tuple[str, str] | None = None,
-               seed: int = 0) -> list[Check]:
+               seed: int = 0, image_size: tuple[int, int] | None = None) -> list[Check]:
     """All checks for the models across the backends; ``perturb=(label, tensor)`` changes one
-    weight that one participant receives (the tests use it to prove a mismatch is caught)."""
+    weight that one participant receives (the tests use it to prove a mismatch is caught);
+    ``image_size`` replaces the models' parity sizes with one (height, width)."""
     checks = []
     for model in models:
-        size, channels, classes, batch = PARITY_CONFIGS[model]
+        side, channels, classes, batch = PARITY_CONFIGS[model]
+        size = image_hw(image_size or side)
         real = REAL_CONFIGS[model]
         checks.append(Check(model, "layout", "layout params != reference",
                             float(trainable_count(neutral_layout(*real)) != REFERENCE_PARAMS[real]), 0.0))
         start = random_weights(model, size, channels, classes, seed)
         rng = np.random.default_rng(seed + 1)
-        x = rng.standard_normal((batch, channels, size, size)).astype(np.float32)
+        x = rng.standard_normal((batch, channels, *size)).astype(np.float32)
         y = rng.integers(0, classes, batch)
         found: dict[str, ProbeResult] = {}
         for label, backend, strategy in participants(backends):

@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cnnbench.errors import ResultsFileError
-from cnnbench.table.schema import COLUMN_NAMES, SCHEMA_VERSION, columns_of_version, format_cell, parse_cell
+from cnnbench.table.schema import (
+    COLUMN_NAMES,
+    CONVERTERS,
+    SCHEMA_VERSION,
+    columns_of_version,
+    format_cell,
+    parse_cell,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -127,8 +134,12 @@ def upgrade_file(path: Path) -> int:
     if header == list(COLUMN_NAMES):
         return 0
     known = {v: list(columns_of_version(v)) for v in range(1, SCHEMA_VERSION)}
-    if header not in known.values():
+    versions = [v for v, columns in known.items() if columns == header]
+    if not versions:
         raise ResultsFileError(f"{path}: not a results file of schema version 1 to {SCHEMA_VERSION}; not changed")
+    for converted_in, convert in sorted(CONVERTERS.items()):
+        if versions[-1] < converted_in:  # the file predates this change of meaning
+            rows = [convert(dict(row)) for row in rows]
     typed = [{**{k: parse_cell(k, v) for k, v in row.items()}, "schema_version": SCHEMA_VERSION} for row in rows]
     tmp = path.with_name(path.name + ".upgrade.tmp")
     tmp.write_bytes(_render(COLUMN_NAMES, typed, True, format_cell))
