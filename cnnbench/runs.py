@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backends import load as backend_module
+from cnnbench.data.loader import input_unsupported
 from cnnbench.errors import SpecError
 from cnnbench.model.facts import MODELS
 from cnnbench.spec import Spec, check_training_batches, dataset_info_for, spec_hash
@@ -202,7 +203,8 @@ def expand(spec: Spec, *, backends: tuple[str, ...] | None = None,
                 host_rank=host_rank, coordinator=coordinator, model_parallel=spec.model_parallel,
                 microbatches=spec.microbatches, data=dataclasses.asdict(spec.data),
             )
-            problem = getattr(backend_module(backend), "unsupported", lambda _: None)(run)
+            problem = (getattr(backend_module(backend), "unsupported", lambda _: None)(run)
+                       or input_unsupported(run))
             if problem:
                 raise SpecError(src, f"{backend}.strategies", problem)
             runs.append(run)

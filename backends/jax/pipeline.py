@@ -133,9 +133,9 @@ class JaxPipelineTrainer(JaxTrainer):
         self._update = jax.jit(update, donate_argnums=(0,))
 
     # -- the step ------------------------------------------------------------------------------
-    def step(self) -> None:
+    def step(self, batch=None) -> None:
         jax = self.jax
-        xs, ys = self._next_batch()
+        xs, ys = batch if batch is not None else self.next_batch()
         states, devices, last = self.state, self.devices, len(self.stages) - 1
         grad_sums = [self._zeros(state["params"]) for state in states]
         stats = [state["batch_stats"] for state in states]

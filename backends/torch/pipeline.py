@@ -111,8 +111,8 @@ class PipelineTrainer(TorchTrainer):
         self.steps_per_epoch = len(self.loader)
         self.epoch, self.batches = 0, iter(())
 
-    def step(self) -> None:
-        x, y = self._next_batch()
+    def step(self, batch=None) -> None:
+        x, y = batch if batch is not None else self.next_batch()
         lr = self.lr_table[min(self.step_count, len(self.lr_table) - 1)]
         for group in self.optimizer.param_groups:
             group["lr"] = lr

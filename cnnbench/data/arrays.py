@@ -157,6 +157,20 @@ def load_cifar10_dataset(path: str | None) -> Dataset:
     return Dataset(train_x, train_y, test_x, test_y, 10)
 
 
+def load_cifar10_uint8(path: str | None) -> tuple[np.ndarray, np.ndarray, Dataset]:
+    """(training images uint8 NHWC, their labels, the Dataset with the normalised test split only):
+    training batches are augmented and normalised on the device (pad-4 crop + flip)."""
+    folder = cifar10_dir(path)
+    parts = [read_cifar10_file(folder / f) for f in CIFAR10_TRAIN_FILES]
+    train_u8 = np.ascontiguousarray(np.concatenate([p[0] for p in parts]).transpose(0, 2, 3, 1))
+    train_y = np.concatenate([p[1] for p in parts])
+    test_u8, test_y = read_cifar10_file(folder / CIFAR10_TEST_FILE)
+    _, test_x = _standardize(test_u8[:0].astype(np.float32), test_u8.astype(np.float32) / 255.0,
+                             CIFAR10_MEAN, CIFAR10_STD)
+    empty = np.zeros((0, 3, 32, 32), np.float32)
+    return train_u8, train_y, Dataset(empty, train_y, test_x, test_y, 10)
+
+
 def synthetic_dataset(
     size: int, image_size: int | tuple[int, int], channels: int, num_classes: int, seed: int
 ) -> Dataset:

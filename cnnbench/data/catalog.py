@@ -17,11 +17,11 @@ INPUT_SOURCES = {"synthetic": "synthetic", "digits": "arrays", "cifar10": "array
                  "video": "video"}
 
 
-def scan(name: str, path: str, data: Any) -> files.FileIndex:
-    """The file index of an image_folder or video dataset (``data``: the spec's [data] table)."""
+def scan(name: str, path: str, frames: int = 0) -> files.FileIndex:
+    """The file index of an image_folder or video dataset (``frames``: a video's first N, 0: all)."""
     if name == "image_folder":
         return files.scan_image_folder(path)
-    return files.scan_video(path, getattr(data, "frames", 0))
+    return files.scan_video(path, frames)
 
 
 def dataset_info(name: str, path: str | None = None, image_size: tuple[int, int] = (32, 32),
@@ -32,7 +32,7 @@ def dataset_info(name: str, path: str | None = None, image_size: tuple[int, int]
         return arrays.dataset_info(name, path, image_size, channels, num_classes, synthetic_size)
     if not path:
         raise DataError(f"{name}: no data_path")
-    index = scan(name, path, data)
+    index = scan(name, path, getattr(data, "frames", 0))
     files.check_sizes(index, tuple(image_size), getattr(data, "resize", True))
     train, test = files.split(index, getattr(data, "test_fraction", 0.2))
     classes = len(index.classes) if index.labelled else num_classes
