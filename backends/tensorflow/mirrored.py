@@ -141,6 +141,15 @@ class TFTrainer:
         self.model.fit(self._dataset, epochs=run.epochs or 1, steps_per_epoch=steps,
                        callbacks=[self._fit_callback], verbose=0)
 
+    def close(self) -> None:
+        """Stop tf.data's reader threads before the interpreter exits (an endless generator still being
+        read at exit aborts the process: "terminate called without an active exception")."""
+        if self.input is not None:
+            import gc
+
+            self._iterator = self._dataset = None
+            gc.collect()
+
     def sync(self) -> None:
         if self.run.hosts > 1:
             # sync_devices cannot reach remote workers; the step counter is assigned after every

@@ -13,6 +13,7 @@ same order and, through :mod:`cnnbench.data.augment`, with the same crops.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,10 +97,18 @@ def scan_image_folder(root: str | Path) -> FileIndex:
                      classes, sizes)
 
 
+def quiet_video_decoder() -> None:
+    """FFmpeg and OpenCV print their own lines for a file they cannot open; the DataError says it once.
+    Set before OpenCV's first video capture in this process (read then, not at import)."""
+    os.environ.setdefault("OPENCV_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # AV_LOG_QUIET
+
+
 def scan_video(path: str | Path, frames: int = 0) -> FileIndex:
     """The frames of a video file (all, or the first ``frames``)."""
     from cnnbench.data.decode import open_video
 
+    quiet_video_decoder()
     file = Path(path).expanduser()
     if not file.is_file():
         raise DataError(f"video: {file}: no such file")

@@ -90,6 +90,7 @@ class SampleReader:
                 if self._video is None:
                     from cnnbench.data.decode import open_video
 
+                    files.quiet_video_decoder()
                     self._video = open_video(Path(plan.index.root))
                 return self._video.read(item)
         from cnnbench.data.decode import read_image

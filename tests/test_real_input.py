@@ -1,0 +1,150 @@
+"""Real input: an image folder and a video through each framework's own loader, and bad input refused.
+
+The sample data are written here from scikit-image's photographs (cnnbench.data.samples): 2 classes x 6
+JPEGs of 40x56 and a 10-frame clip. Every run trains a couple of steps and must write the data_wait
+columns, measured by the runner.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import run_cli, write_spec
+
+from cnnbench.data import files
+from cnnbench.data.loader import SampleReader, plan_for
+from cnnbench.data.samples import write_image_folder, write_video
+from cnnbench.table import store
+
+SPEC = """
+    name = "real-{dataset}"
+    model = "smallcnn"
+    dataset = "{dataset}"
+    data_path = "{path}"
+    image_size = 16
+    backends = ["{backend}"]
+    device = "cpu"
+    per_device_batch = 5
+    {extra}
+    [data]
+    workers = {workers}
+    {data}
+    [timing]
+    warmup_steps = 0
+    windows = 1
+    window_steps = 1
+"""
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("samples")
+    write_image_folder(root / "folder", 6, 2, (40, 56), seed=0)
+    return {"folder": root / "folder", "video": write_video(root / "clip.mp4", 10, (40, 56), fps=10)}
+
+
+def _spec(tmp_path: Path, dataset: str, path: Path, backend: str = "torch", workers: int = 0, data: str = "",
+          extra: str = "", name: str = "spec.toml") -> Path:
+    extra = extra or ("epochs = 1" if dataset == "image_folder" else "steps = 3")
+    return write_spec(tmp_path, SPEC.format(dataset=dataset, path=path, backend=backend, workers=workers,
+                                            data=data, extra=extra), name)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax", "tensorflow"])
+def test_folder_and_video_train_in_every_framework_with_data_wait_columns(tmp_path, samples, backend):
+    out = tmp_path / "rows.csv"
+    folder = _spec(tmp_path, "image_folder", samples["folder"], backend, workers=1, name="folder.toml")
+    video = _spec(tmp_path, "video", samples["video"], backend, name="video.toml")
+    for spec in (folder, video):
+        done = run_cli("run", spec, "--out", out, "--no-report")
+        assert done.returncode == 0, done.stderr[-3000:]
+    rows = store.read_rows(out)
+    assert [r["status"] for r in rows] == ["ok", "ok"], [r["error"] for r in rows]
+    by_source = {r["input_source"]: r for r in rows}
+    assert set(by_source) == {"files", "video"}
+    assert by_source["files"]["loader_workers"] == 1 and by_source["files"]["test_accuracy"] is not None
+    for row in rows:
+        assert row["image_size"] == "16x16"
+        assert row["data_wait_ms_median"] >= 0 and 0 <= row["data_wait_share"] < 1
+
+
+def test_every_framework_reads_the_same_items_in_the_same_order_with_the_same_crops(samples):
+    """The neutral plan fixes each step's items and draws; two readers (two frameworks, two workers)
+    give identical samples."""
+    from types import SimpleNamespace
+
+    run = SimpleNamespace(dataset="image_folder", data_path=str(samples["folder"]), image_size=(16, 24), seed=3,
+                          data={"test_fraction": 0.2})
+    plan = plan_for(run)
+    assert len(plan.train_items) == 10 and len(plan.test_items) == 2  # every 5th file of each class
+    assert list(plan.step_items(0, 0, 4)) == list(plan_for(run).step_items(0, 0, 4))
+    assert list(plan.epoch_order(0)) != list(plan.epoch_order(1))  # a new order each epoch
+    item = int(plan.step_items(1, 0, 4)[0])
+    a, b = SampleReader(plan).sample(1, item, True), SampleReader(plan).sample(1, item, True)
+    assert np.array_equal(a.pixels, b.pixels) and np.array_equal(a.box, b.box) and a.flip == b.flip
+    assert a.pixels.shape == (40, 56, 3) and a.label == plan.labels[item]
+
+
+def test_shuffle_buffer_keeps_items_within_their_block():
+    order = files.epoch_order(np.arange(12), seed=0, epoch=0, shuffle_buffer=4)
+    assert [sorted(order[i:i + 4]) for i in (0, 4, 8)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+
+
+def _bad(tmp_path: Path, path: Path, dataset: str = "image_folder", **kw) -> str:
+    done = run_cli("validate", _spec(tmp_path, dataset, path, **kw))
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def test_bad_folders_files_sizes_and_videos_get_one_line_and_exit_2(tmp_path, samples):
+    assert "no such folder" in _bad(tmp_path, tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    assert "holds no class folders" in _bad(tmp_path, tmp_path / "empty")
+    (tmp_path / "empty_class" / "cat").mkdir(parents=True)
+    assert "cat holds no .jpg" in _bad(tmp_path, tmp_path / "empty_class")
+    odd = tmp_path / "odd"
+    write_image_folder(odd, 2, ["astronaut"], (40, 56), seed=0)
+    (odd / "astronaut" / "notes.jpg").write_text("not a picture")
+    assert "notes.jpg: not a readable image" in _bad(tmp_path, odd)
+    mixed = tmp_path / "mixed"
+    write_image_folder(mixed, 2, ["astronaut"], (16, 16), seed=0)
+    write_image_folder(mixed, 1, ["coffee"], (24, 16), seed=1)
+    line = _bad(tmp_path, mixed, data="resize = false")
+    assert "coffee/0000.jpg: 24x16 differs from image_size 16x16" in line and "resize = false" in line
+    fake = tmp_path / "clip.mp4"
+    fake.write_text("no video here")
+    assert "cannot open as a video" in _bad(tmp_path, fake, dataset="video")
+
+
+def test_image_size_below_the_model_minimum_is_refused(tmp_path, samples):
+    spec = _spec(tmp_path, "image_folder", samples["folder"])
+    spec.write_text(spec.read_text().replace('model = "smallcnn"', 'model = "resnet50"')
+                    .replace("image_size = 16", "image_size = [16, 64]"))
+    done = run_cli("validate", spec)
+    assert done.returncode == 2 and "image_size" in done.stderr and "height >= 32" in done.stderr
+
+
+def _truncated_folder(root: Path) -> Path:
+    write_image_folder(root, 6, 2, (40, 56), seed=0)
+    victim = root / "coffee" / "0002.jpg"
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])  # the header survives, the scan data and EOI do not
+    return victim
+
+
+def test_a_truncated_image_fails_the_run_naming_it_or_is_skipped_with_a_warning(tmp_path):
+    victim = _truncated_folder(tmp_path / "folder")
+    out = tmp_path / "rows.csv"
+    fail = _spec(tmp_path, "image_folder", tmp_path / "folder", name="fail.toml")
+    done = run_cli("run", fail, "--out", out, "--no-report")
+    (row,) = store.read_rows(out)
+    assert row["status"] == "failed" and str(victim) in row["error"] and "truncated JPEG" in row["error"]
+    skip = _spec(tmp_path, "image_folder", tmp_path / "folder", data='corrupt = "skip"', name="skip.toml")
+    done = run_cli("run", skip, "--out", out, "--no-report", "-v")
+    rows = store.read_rows(out)
+    assert rows[-1]["status"] == "ok", rows[-1]["error"]
+    assert "warning: skipped corrupt input" in done.stderr and str(victim) in done.stderr
