@@ -252,6 +252,25 @@ def upgrade(csv: Annotated[list[Path], typer.Argument(help="Results CSVs written
 
 
 @app.command()
+def samples(
+    out_dir: Annotated[Path, typer.Argument(help="Folder to write images/CLASS/*.jpg and video.mp4 into.")],
+    size: Annotated[tuple[int, int], typer.Option(help="Image and frame size H W.")] = (375, 500),
+    per_class: Annotated[int, typer.Option(min=1, help="JPEGs per class.")] = 8,
+    classes: Annotated[int, typer.Option(min=1, help="Classes (one scikit-image photograph each).")] = 4,
+    video_frames: Annotated[int, typer.Option(min=0, help="Frames of the sample video (0: no video).")] = 32,
+    seed: Annotated[int, typer.Option(help="Seed of the crops and flips.")] = 0,
+) -> None:
+    """Write sample data from photographs scikit-image ships (no download): a JPEG folder and a video."""
+    from cnnbench.data.samples import write_image_folder, write_video
+
+    images = write_image_folder(out_dir / "images", per_class, classes, size, seed)
+    print(f"{out_dir / 'images'}: {len(images)} JPEGs of {size[0]}x{size[1]} in {classes} class folders")
+    if video_frames:
+        video = write_video(out_dir / "video.mp4", video_frames, size)
+        print(f"{video}: {video_frames} frames of {size[0]}x{size[1]}")
+
+
+@app.command()
 def parity(
     model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Model(s); default all.")] = None,
     backend: BackendOpt = None,

@@ -199,3 +199,70 @@ def reference_prepare(images: np.ndarray, boxes: np.ndarray, flips: np.ndarray, 
                 out[k, i, j] = ((1 - wy) * (1 - wx) * images[k, fy, fx] + (1 - wy) * wx * images[k, fy, fx1]
                                 + wy * (1 - wx) * images[k, fy1, fx] + wy * wx * images[k, fy1, fx1])
     return (out / 255.0 - np.asarray(mean)) / np.asarray(std)
+
+
+# --- what every framework's prepare() shares: argument resolution, decided on the host -----------------
+
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
+                 "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def dtype_name(dtype) -> str | None:
+    """The canonical name of a compute dtype given as a string (``bf16``, ``float16``, ...), else None."""
+    if isinstance(dtype, str):
+        if dtype not in DTYPE_ALIASES:
+            raise ValueError(f"compute dtype {dtype!r} is not one of {', '.join(DTYPE_ALIASES)}")
+        return DTYPE_ALIASES[dtype]
+    return None  # a framework dtype object: the backend takes it as it is
+
+
+def normalise_constants(mean, std) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(scale, shift) with (x / 255 - mean) / std == x * scale - shift: every prepare() multiplies by the
+    same float32 constants, where a division by a constant would be rewritten by XLA but not by eager code."""
+    scale = tuple(1.0 / (255.0 * s) for s in std)
+    shift = tuple(m / s for m, s in zip(mean, std))
+    return scale, shift
+
+
+@dataclass(frozen=True)
+class PrepareArgs:
+    """prepare()'s resolved arguments: ``identity`` when no resampling is needed (convert and normalise)."""
+
+    identity: bool
+    out_hw: tuple[int, int]
+    boxes: object  # None when identity, else (N, 4) float32: numpy, or the caller's device array
+    flips: object  # None when identity, else (N,) bool: numpy, or the caller's device array
+    scale: tuple[float, ...]  # per channel: normalised = pixel * scale - shift (see normalise_constants)
+    shift: tuple[float, ...]
+
+
+def resolve_prepare_args(shape: tuple[int, ...], boxes, flips, out_hw, mean, std) -> PrepareArgs:
+    """Check prepare()'s arguments against the NHWC batch ``shape`` and pick the fast path.
+
+    ``boxes=None`` means the whole frame for every sample (and ``flips=None`` no flips). The identity fast
+    path is taken only when that can be seen on the host -- boxes and flips None or numpy arrays equal to
+    the whole frame without flips, at the source size -- so deciding it never waits for a device.
+    """
+    if len(shape) != 4:
+        raise ValueError(f"prepare: images must be an NHWC batch, got shape {tuple(shape)}")
+    n, src_h, src_w, channels = (int(v) for v in shape)
+    out_hw = (src_h, src_w) if out_hw is None else (int(out_hw[0]), int(out_hw[1]))
+    mean, std = tuple(float(v) for v in mean), tuple(float(v) for v in std)
+    if len(mean) != channels or len(std) != channels:
+        raise ValueError(f"prepare: mean/std have {len(mean)}/{len(std)} values for {channels} channels")
+    whole = np.tile(np.array([[0.0, 0.0, src_h, src_w]], dtype=np.float32), (n, 1))
+    host_boxes = boxes is None or isinstance(boxes, np.ndarray)
+    host_flips = flips is None or isinstance(flips, np.ndarray)
+    if host_boxes and host_flips and out_hw == (src_h, src_w):
+        no_crop = boxes is None or np.array_equal(np.asarray(boxes, dtype=np.float32), whole)
+        if no_crop and (flips is None or not np.asarray(flips).any()):
+            return PrepareArgs(True, out_hw, None, None, *normalise_constants(mean, std))
+    boxes = whole if boxes is None else boxes
+    flips = np.zeros(n, dtype=bool) if flips is None else flips
+    if tuple(boxes.shape) != (n, 4) or tuple(flips.shape) != (n,):
+        raise ValueError(f"prepare: boxes {tuple(boxes.shape)} / flips {tuple(flips.shape)} for a batch of {n}")
+    if isinstance(boxes, np.ndarray):
+        boxes = boxes.astype(np.float32)
+    if isinstance(flips, np.ndarray):
+        flips = flips.astype(bool)
+    return PrepareArgs(False, out_hw, boxes, flips, *normalise_constants(mean, std))
