@@ -203,10 +203,12 @@ def expand(spec: Spec, *, backends: tuple[str, ...] | None = None,
                 host_rank=host_rank, coordinator=coordinator, model_parallel=spec.model_parallel,
                 microbatches=spec.microbatches, data=dataclasses.asdict(spec.data),
             )
-            problem = (getattr(backend_module(backend), "unsupported", lambda _: None)(run)
-                       or input_unsupported(run))
+            problem = getattr(backend_module(backend), "unsupported", lambda _: None)(run)
             if problem:
                 raise SpecError(src, f"{backend}.strategies", problem)
+            input_problem = input_unsupported(run)
+            if input_problem:
+                raise SpecError(src, *input_problem)
             runs.append(run)
     return runs
 

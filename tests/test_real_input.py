@@ -148,3 +148,33 @@ def test_a_truncated_image_fails_the_run_naming_it_or_is_skipped_with_a_warning(
     rows = store.read_rows(out)
     assert rows[-1]["status"] == "ok", rows[-1]["error"]
     assert "warning: skipped corrupt input" in done.stderr and str(victim) in done.stderr
+
+
+def test_gpu_decode_is_refused_on_a_cpu_run(tmp_path, samples):
+    line = _bad(tmp_path, samples["folder"], data='decode_device = "gpu"')
+    assert "data.decode_device" in line and "needs a GPU run" in line
+
+
+def test_infer_sweeps_batches_of_video_frames(tmp_path, samples):
+    spec = write_spec(tmp_path, f"""
+        name = "infer-video"
+        model = "smallcnn"
+        dataset = "video"
+        data_path = "{samples['video']}"
+        image_size = 16
+        backends = ["torch"]
+        device = "cpu"
+        [infer]
+        batch_sizes = [1, 4]
+        latency_samples = 2
+        [timing]
+        warmup_steps = 0
+        windows = 1
+        window_steps = 2
+    """)
+    out = tmp_path / "infer.csv"
+    done = run_cli("infer", spec, "--out", out, "--no-report")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = store.read_rows(out)
+    found = [(r["global_batch"], r["status"], r["input_source"]) for r in rows]
+    assert found == [(1, "ok", "video"), (4, "ok", "video")]

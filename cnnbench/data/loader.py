@@ -40,11 +40,19 @@ def reads_uint8(run: Any) -> bool:
     return run.dataset in UINT8_DATASETS and run.strategy in UINT8_STRATEGIES.get(run.backend, ())
 
 
-def input_unsupported(run: Any) -> str | None:
-    """Why a training run cannot read its dataset (image folders and video need a uint8 path)."""
+def input_unsupported(run: Any) -> tuple[str, str] | None:
+    """(spec field, why) a training run cannot read its dataset as asked, else None."""
     if run.dataset in ("image_folder", "video") and not reads_uint8(run):
         paths = ", ".join(f"{b}/{s}" for b, strategies in UINT8_STRATEGIES.items() for s in strategies)
-        return f"{run.backend}/{run.strategy} reads array datasets only; {run.dataset} trains under {paths}"
+        return "dataset", f"{run.backend}/{run.strategy} reads array datasets only; {run.dataset} trains under {paths}"
+    if (run.data or {}).get("decode_device") == "gpu":
+        if run.device_kind != "gpu":
+            return "data.decode_device", "\"gpu\" (nvJPEG) needs a GPU run; this run is on the CPU: use \"cpu\""
+        if run.backend != "torch":
+            return "data.decode_device", (f"\"gpu\" is PyTorch's (torchvision.io.decode_jpeg); {run.backend} "
+                                          f"decodes on the CPU")
+        if run.dataset != "image_folder":
+            return "data.decode_device", f"\"gpu\" decodes JPEG image folders only, not {run.dataset}"
     return None
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
@@ -233,3 +241,40 @@ def collate(samples: list[Sample]) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     """(uint8 NHWC images, int64 labels, float32 boxes, bool flips) of one batch."""
     return (np.stack([s.pixels for s in samples]), np.array([s.label for s in samples], np.int64),
             np.stack([s.box for s in samples]).astype(np.float32), np.array([s.flip for s in samples], bool))
+
+
+def _axis_taps(start: np.ndarray, length: np.ndarray, out: int, size: int, flips: np.ndarray | None):
+    coords = start[:, None] + (np.arange(out) + 0.5)[None, :] * (length / out)[:, None] - 0.5
+    if flips is not None:
+        coords = np.where(flips[:, None], coords[:, ::-1], coords)
+    inside = (coords >= -0.5) & (coords <= size - 0.5)
+    coords = np.clip(coords, 0.0, size - 1.0)
+    low = np.floor(coords).astype(np.int64)
+    return low, np.minimum(low + 1, size - 1), (coords - low).astype(np.float32), inside
+
+
+def prepare_on_host(images: np.ndarray, boxes: np.ndarray, flips: np.ndarray, out_hw: tuple[int, int],
+                    mean, std) -> np.ndarray:
+    """The on-device ``prepare`` computed with numpy (uint8 NHWC -> float32 NCHW): `cnnbench infer` hands
+    its models host batches, so frames from files are prepared here, off the clock."""
+    n, height, width, _ = images.shape
+    y0, y1, wy, y_in = _axis_taps(boxes[:, 0], boxes[:, 2], out_hw[0], height, None)
+    x0, x1, wx, x_in = _axis_taps(boxes[:, 1], boxes[:, 3], out_hw[1], width, flips)
+    batch = np.arange(n)[:, None]
+    top, bottom = images[batch, y0].astype(np.float32), images[batch, y1].astype(np.float32)
+    rows = top + (bottom - top) * wy[:, :, None, None]
+    index = np.arange(out_hw[0])[None, :, None]
+    left, right = rows[batch[:, :, None], index, x0[:, None, :]], rows[batch[:, :, None], index, x1[:, None, :]]
+    out = (left + (right - left) * wx[:, None, :, None]) * (y_in[:, :, None] & x_in[:, None, :])[..., None]
+    out = (out / 255.0 - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+    return np.ascontiguousarray(out.transpose(0, 3, 1, 2), dtype=np.float32)
+
+
+def host_images(run: Any, count: int) -> np.ndarray:
+    """``count`` frames of a file dataset (cycling through its items) prepared for inference: float32 NCHW
+    of the run's image size (evaluation crop: center for image folders, the whole frame for video)."""
+    plan = plan_for(run)
+    reader = SampleReader(plan)
+    samples = [reader.sample(0, int(plan.train_items[k % len(plan.train_items)]), False) for k in range(count)]
+    images, _, boxes, flips = collate(samples)
+    return prepare_on_host(images, boxes, flips, plan.out_hw, plan.mean, plan.std)

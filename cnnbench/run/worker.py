@@ -109,8 +109,13 @@ def _train(run: Run, ctx: BuildContext, result_path: Path, is_main: bool) -> Non
 def _infer(run: Run, result_path: Path) -> None:
     from cnnbench.infer.measure import run_inference
 
-    images = data_sources.synthetic_dataset(run.synthetic_size, run.image_size, run.channels,
-                                            run.num_classes, run.seed).train_x
+    if run.dataset in ("image_folder", "video"):  # real frames, decoded and prepared before timing
+        from cnnbench.data.loader import host_images
+
+        images = host_images(run, run.synthetic_size)
+    else:
+        images = data_sources.synthetic_dataset(run.synthetic_size, run.image_size, run.channels,
+                                                run.num_classes, run.seed).train_x
     result = run_inference(run, backends.load(run.backend).build_inference, images, _logger(run, True))
     _write_json_atomic(result_path, {**result, "python": envinfo.python_version()})
 
