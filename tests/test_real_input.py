@@ -178,3 +178,16 @@ def test_infer_sweeps_batches_of_video_frames(tmp_path, samples):
     rows = store.read_rows(out)
     found = [(r["global_batch"], r["status"], r["input_source"]) for r in rows]
     assert found == [(1, "ok", "video"), (4, "ok", "video")]
+
+
+def test_host_prepare_matches_the_reference_sampling():
+    """`cnnbench infer` prepares frames from files on the host: the same sampling as every prepare()."""
+    from cnnbench.data.augment import crop_draws, reference_prepare
+    from cnnbench.data.loader import prepare_on_host
+
+    images = np.random.default_rng(0).integers(0, 256, (3, 20, 30, 3), dtype=np.uint8)
+    for kind, out in (("random_resized_crop", (8, 12)), ("pad_crop", (20, 30)), ("center", (10, 10))):
+        draws = crop_draws(1, 0, np.arange(3), (20, 30), kind, out)
+        mine = prepare_on_host(images, draws.boxes, draws.flips, out, (0.5,) * 3, (0.2,) * 3)
+        expected = reference_prepare(images, draws.boxes, draws.flips, out, (0.5,) * 3, (0.2,) * 3)
+        np.testing.assert_allclose(mine, expected.transpose(0, 3, 1, 2), atol=1e-4)

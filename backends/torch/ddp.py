@@ -212,7 +212,7 @@ class TorchTrainer:
                 count += len(target)
         self.module.train()
         loss_sum, correct, count = self._all_sum([loss_sum, correct, count])
-        return loss_sum / count, correct / count
+        return loss_sum / max(count, 1.0), correct / max(count, 1.0)
 
     def predict(self, images: np.ndarray) -> np.ndarray:
         import torch

@@ -131,8 +131,7 @@ class TorchInput:
         self.steps_per_epoch = len(self.sampler)
         self.eval_items = plan.test_items[rank::world]
         self.eval_batch = 2 * local
-        self._batches: Iterator = iter(())
-        self._epoch = -1
+        self._batches = self.host_batches()
 
     def _loader(self, sampler, persistent: bool) -> torch.utils.data.DataLoader:
         plan, workers = self.plan, self.plan.workers
@@ -170,15 +169,16 @@ class TorchInput:
             out[k, :image.shape[1], :image.shape[2]] = image.permute(1, 2, 0)
         return out
 
+    def host_batches(self) -> Iterator:
+        """The loader's batches (pinned host tensors), epoch after epoch, each with its own order and draws."""
+        epoch = 0
+        while True:
+            self.sampler.epoch = epoch
+            yield from self.loader
+            epoch += 1
+
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        try:
-            batch = next(self._batches)
-        except StopIteration:  # the next epoch: its own order and draws
-            self._epoch += 1
-            self.sampler.epoch = self._epoch
-            self._batches = iter(self.loader)
-            batch = next(self._batches)
-        return self._to_device(batch, train=True)
+        return self._to_device(next(self._batches), train=True)
 
     def eval_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The test split of this rank, center-cropped (no workers kept alive for it)."""

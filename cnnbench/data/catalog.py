@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from cnnbench.data import arrays, files
@@ -18,7 +19,13 @@ INPUT_SOURCES = {"synthetic": "synthetic", "digits": "arrays", "cifar10": "array
 
 
 def scan(name: str, path: str, frames: int = 0) -> files.FileIndex:
-    """The file index of an image_folder or video dataset (``frames``: a video's first N, 0: all)."""
+    """The file index of an image_folder or video dataset (``frames``: a video's first N, 0: all);
+    ``path`` may name environment variables (``$CNNBENCH_DATA/samples/train``)."""
+    if "$" in path:
+        expanded = os.path.expandvars(path)
+        if "$" in expanded:
+            raise DataError(f"{name}: {path}: names an environment variable that is not set")
+        path = expanded
     if name == "image_folder":
         return files.scan_image_folder(path)
     return files.scan_video(path, frames)
