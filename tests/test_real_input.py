@@ -191,3 +191,35 @@ def test_host_prepare_matches_the_reference_sampling():
         mine = prepare_on_host(images, draws.boxes, draws.flips, out, (0.5,) * 3, (0.2,) * 3)
         expected = reference_prepare(images, draws.boxes, draws.flips, out, (0.5,) * 3, (0.2,) * 3)
         np.testing.assert_allclose(mine, expected.transpose(0, 3, 1, 2), atol=1e-4)
+
+
+def test_cifar10_trains_with_pad_crop_and_flip_on_the_device(tmp_path):
+    """CIFAR-10's training images cross as uint8 and get the standard augmentation; its test split stays
+    the normalised arrays."""
+    from test_data import _write_cifar
+
+    (tmp_path / "cifar").mkdir()
+    _write_cifar(tmp_path / "cifar")
+    spec = write_spec(tmp_path, f"""
+        name = "cifar-aug"
+        model = "resnet18_cifar"
+        dataset = "cifar10"
+        data_path = "{tmp_path / 'cifar'}"
+        backends = ["torch"]
+        device = "cpu"
+        per_device_batch = 8
+        epochs = 1
+        [timing]
+        warmup_steps = 0
+        windows = 1
+        window_steps = 2
+    """)
+    out = tmp_path / "rows.csv"
+    done = run_cli("run", spec, "--out", out, "--no-report")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = store.read_rows(out)
+    assert row["status"] == "ok" and row["input_source"] == "arrays" and row["data_wait_share"] is not None
+    assert row["test_accuracy"] is not None
+    plan = plan_for(type("R", (), {"dataset": "cifar10", "image_size": (32, 32), "seed": 0, "data": {}})(),
+                    np.zeros((4, 32, 32, 3), np.uint8), np.arange(4))
+    assert (plan.train_kind, plan.eval_kind) == ("pad_crop", "none")

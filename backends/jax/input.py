@@ -57,6 +57,22 @@ class _EpochKeys:
         return epoch, int(self._orders[epoch][offset])
 
 
+class _WorkerInit:
+    """Runs first in every grain worker process: no accelerator for it (a worker that initialises
+    JAX's GPU backend holds GPU memory), and no OpenCV thread pool per worker."""
+
+    def __init__(self, hide_accelerators: bool) -> None:
+        self.hide_accelerators = hide_accelerators
+
+    def __call__(self, worker_index: int, worker_count: int) -> None:
+        if self.hide_accelerators:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
+            os.environ["JAX_PLATFORMS"] = "cpu"
+        import cv2
+
+        cv2.setNumThreads(0)
+
+
 class _ReadSample:
     """(epoch, item) -> its training sample (picklable for grain's worker processes)."""
 
@@ -99,7 +115,8 @@ class JaxInput:
                                                              prefetch_buffer_size=self.plan.prefetch * self.local))
         if self.plan.workers:  # decode in worker processes, each prefetching `prefetch` batches
             iterable = iterable.mp_prefetch(grain.MultiprocessingOptions(
-                num_workers=self.plan.workers, per_worker_buffer_size=self.plan.prefetch))
+                num_workers=self.plan.workers, per_worker_buffer_size=self.plan.prefetch),
+                worker_init_fn=_WorkerInit(self.plan.hide_cuda_in_workers))
         return iter(iterable)
 
     def close(self) -> None:

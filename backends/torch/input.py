@@ -151,8 +151,10 @@ class TorchInput:
             images = self._decode_on_gpu(images, batch[4])
         else:
             images = images.to(self.device, non_blocking=self.pin)
-        x = prepare(images, boxes.to(self.device, non_blocking=self.pin), flips.to(self.device, non_blocking=self.pin),
-                    self.plan.out_hw, self.plan.mean, self.plan.std, "float32", channels_last=self.channels_last)
+        # The draws stay numpy: prepare() sees on the host when a batch needs no resampling (whole frames
+        # at the model's size) and copies them through pinned memory otherwise.
+        x = prepare(images, boxes.numpy(), flips.numpy(), self.plan.out_hw, self.plan.mean, self.plan.std, "float32",
+                    channels_last=self.channels_last)
         return x, labels.to(self.device, non_blocking=self.pin)
 
     def _decode_on_gpu(self, encoded: list[torch.Tensor], names: list[str]) -> torch.Tensor:
