@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,19 +25,22 @@ EDGE_TOL, MEAN_TOL, EXACT_TOL = 3e-5, 3e-6, 1e-6
 BF16_TOL = 2e-2  # bf16 keeps 8 bits: 2**-8 of |x| <= 2.7, and one rounding step between frameworks
 
 
+def run_probe(framework: str, folder: Path, device: str = "cpu") -> dict[str, np.ndarray]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if device == "cpu":
+        env.update(JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+    path = folder / f"{framework}-{device}.npz"
+    done = subprocess.run([sys.executable, "tests/transforms_probe.py", framework, str(path), device], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{framework} probe failed:\n{done.stderr[-3000:]}"
+    with np.load(path) as saved:
+        return {k: saved[k] for k in saved.files}
+
+
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory) -> dict[str, dict[str, np.ndarray]]:
     folder = tmp_path_factory.mktemp("transforms")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
-    found = {}
-    for framework in FRAMEWORKS:
-        path = folder / f"{framework}.npz"
-        done = subprocess.run([sys.executable, "tests/transforms_probe.py", framework, str(path)], cwd=REPO,
-                              env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, f"{framework} probe failed:\n{done.stderr[-3000:]}"
-        with np.load(path) as saved:
-            found[framework] = {k: saved[k] for k in saved.files}
-    return found
+    return {framework: run_probe(framework, folder) for framework in FRAMEWORKS}
 
 
 def reference(case: dict) -> np.ndarray:
@@ -89,3 +93,16 @@ def test_torch_grid_sample_is_the_same_sampling(outputs):
     for name, case in cases().items():
         if f"grid_sample:{name}" in outputs["torch"]:
             assert np.abs(outputs["torch"][f"grid_sample:{name}"] - reference(case)).max() < 1e-5, name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_prepare_on_gpu_matches_reference(tmp_path, framework):
+    # The same cases with the batch on the GPU (TensorFlow is not installed on the GPU machine).
+    found = run_probe(framework, tmp_path, "gpu")
+    for name, case in cases().items():
+        expected = reference(case)
+        tol = BF16_TOL if case["dtype"] == "bf16" else EDGE_TOL
+        for mode in ("eager", "compiled"):
+            if f"out:{name}:{mode}" in found:
+                assert np.abs(found[f"out:{name}:{mode}"] - expected).max() < tol, (name, mode)

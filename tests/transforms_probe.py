@@ -1,8 +1,9 @@
-"""Run as a script in its own process: `python tests/transforms_probe.py FRAMEWORK OUT.npz`.
+"""Run as a script in its own process: `python tests/transforms_probe.py FRAMEWORK OUT.npz [cpu|gpu]`.
 
-FRAMEWORK is torch, jax or tensorflow. Builds the same uint8 batches (crops of scikit-image photographs,
-and random noise) and the same crop_draws, runs that framework's ``prepare`` on each case -- eagerly,
-and compiled (torch.compile fullgraph, tf.function with XLA, an outer jax.jit) with the draws as device
+FRAMEWORK is torch, jax or tensorflow; the batch is put on the CPU (default) or the first GPU.
+Builds the same uint8 batches (crops of scikit-image photographs, and random noise) and the same
+crop_draws, runs that framework's ``prepare`` on each case -- eagerly, and compiled (torch.compile
+fullgraph, tf.function with XLA and no static batch size, an outer jax.jit) with the draws as device
 arrays -- and saves every output as float32 NHWC, with the inputs, for tests/test_transforms.py.
 """
 
@@ -44,12 +45,12 @@ def cases() -> dict[str, dict]:
     }
 
 
-def run_torch(case: dict, compiled: bool) -> tuple[np.ndarray, str]:
+def run_torch(case: dict, compiled: bool, device: str) -> tuple[np.ndarray, str]:
     import torch
 
     from backends.torch.transforms import prepare
 
-    images = torch.from_numpy(case["images"])
+    images = torch.from_numpy(case["images"]).to("cuda" if device == "gpu" else "cpu")
     boxes, flips = case["boxes"], case["flips"]
     fn = prepare
     if compiled:
@@ -57,7 +58,8 @@ def run_torch(case: dict, compiled: bool) -> tuple[np.ndarray, str]:
         fn = torch.compile(prepare, fullgraph=True, backend="aot_eager")  # traced whole, no graph break
     out = fn(images, boxes, flips, case["out_hw"], IMAGENET_MEAN, IMAGENET_STD, case["dtype"], channels_last=True)
     assert out.is_contiguous(memory_format=torch.channels_last) and out.shape[1] == 3
-    return out.permute(0, 2, 3, 1).float().numpy(), str(out.dtype).removeprefix("torch.")
+    assert out.device == images.device
+    return out.permute(0, 2, 3, 1).float().cpu().numpy(), str(out.dtype).removeprefix("torch.")
 
 
 def torch_grid_sample(case: dict) -> np.ndarray:
@@ -85,13 +87,14 @@ def torch_grid_sample(case: dict) -> np.ndarray:
     return ((out / 255.0 - mean) / std).float().numpy()
 
 
-def run_jax(case: dict, compiled: bool) -> tuple[np.ndarray, str]:
+def run_jax(case: dict, compiled: bool, device: str) -> tuple[np.ndarray, str]:
     import jax
     import jax.numpy as jnp
 
     from backends.jax.transforms import prepare
 
-    images = jnp.asarray(case["images"])
+    images = jax.device_put(case["images"], jax.devices()[0])
+    assert images.devices().pop().platform == device
     if compiled:
         def fn(i, b, f):
             return prepare(i, b, f, case["out_hw"], IMAGENET_MEAN, IMAGENET_STD, case["dtype"])
@@ -101,16 +104,21 @@ def run_jax(case: dict, compiled: bool) -> tuple[np.ndarray, str]:
     return np.asarray(out.astype(jnp.float32)), str(out.dtype)
 
 
-def run_tensorflow(case: dict, compiled: bool) -> tuple[np.ndarray, str]:
+def run_tensorflow(case: dict, compiled: bool, device: str) -> tuple[np.ndarray, str]:
     import tensorflow as tf
 
     from backends.tensorflow.transforms import prepare
 
-    images = tf.constant(case["images"])
+    with tf.device("/GPU:0" if device == "gpu" else "/CPU:0"):
+        images = tf.identity(tf.constant(case["images"]))
     if compiled:
         def fn(i, b, f):
             return prepare(i, b, f, case["out_hw"], IMAGENET_MEAN, IMAGENET_STD, case["dtype"])
-        out = tf.function(fn, jit_compile=True)(images, tf.constant(case["boxes"]), tf.constant(case["flips"]))
+        # Traced without a static batch size, as a tf.data pipeline without drop_remainder gives it.
+        signature = [tf.TensorSpec([None, *images.shape[1:]], tf.uint8), tf.TensorSpec([None, 4], tf.float32),
+                     tf.TensorSpec([None], tf.bool)]
+        compiled_fn = tf.function(fn, jit_compile=True, input_signature=signature)
+        out = compiled_fn(images, tf.constant(case["boxes"]), tf.constant(case["flips"]))
     else:
         out = prepare(images, case["boxes"], case["flips"], case["out_hw"], IMAGENET_MEAN, IMAGENET_STD, case["dtype"])
     return tf.cast(out, tf.float32).numpy(), out.dtype.name
@@ -118,8 +126,10 @@ def run_tensorflow(case: dict, compiled: bool) -> tuple[np.ndarray, str]:
 
 if __name__ == "__main__":
     framework, out_path = sys.argv[1], sys.argv[2]
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
+    if device == "cpu":
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     runner = {"torch": run_torch, "jax": run_jax, "tensorflow": run_tensorflow}[framework]
     saved = {}
@@ -128,7 +138,7 @@ if __name__ == "__main__":
         for compiled in (False, True):
             if compiled and case["boxes"] is None:
                 continue  # whole-frame cases decide their fast path on the host: nothing to compile apart
-            out, dtype = runner(case, compiled)
+            out, dtype = runner(case, compiled, device)
             key = f"{name}:{'compiled' if compiled else 'eager'}"
             saved[f"out:{key}"], saved[f"dtype:{key}"] = out, np.array(dtype)
         if framework == "torch" and case["boxes"] is not None and case["dtype"] == "float32":

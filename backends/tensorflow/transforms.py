@@ -53,7 +53,8 @@ def _crop_resize(images, boxes, flips, out_hw: tuple[int, int]):
 
 def prepare(images, boxes=None, flips=None, out_hw=None, mean=IMAGENET_MEAN, std=IMAGENET_STD, dtype="float32",
             channels_last: bool = True):
-    """uint8 NHWC ``images`` -> normalised NHWC ``dtype`` batch of ``out_hw`` (static shapes required).
+    """uint8 NHWC ``images`` -> normalised NHWC ``dtype`` batch of ``out_hw`` (static H, W, C; the batch
+    size may be unknown while tracing).
 
     ``boxes`` (N, 4) float (y0, x0, h, w) and ``flips`` (N,) bool come from ``crop_draws`` (numpy arrays
     or tensors); None means the whole frame, unflipped. Keras models here take NHWC, so
@@ -62,9 +63,9 @@ def prepare(images, boxes=None, flips=None, out_hw=None, mean=IMAGENET_MEAN, std
     if not channels_last:
         raise ValueError("TensorFlow prepare: the batch is NHWC (channels last) for the Keras models")
     images = tf.convert_to_tensor(images)
-    if images.shape.rank != 4 or not images.shape.is_fully_defined():
-        raise ValueError(f"TensorFlow prepare: images need a static NHWC shape, got {images.shape}")
-    args = resolve_prepare_args(tuple(images.shape), boxes, flips, out_hw, mean, std)
+    if images.shape.rank != 4:
+        raise ValueError(f"TensorFlow prepare: images must be an NHWC batch, got shape {images.shape}")
+    args = resolve_prepare_args(tuple(images.shape.as_list()), boxes, flips, out_hw, mean, std)
     if args.identity:
         x = tf.cast(images, tf.float32)  # the fast path: no resampling, just convert and normalise
     else:

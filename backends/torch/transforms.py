@@ -13,6 +13,8 @@ CUDA (the device is the images').
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 from cnnbench.data.augment import IMAGENET_MEAN, IMAGENET_STD, dtype_name, resolve_prepare_args
@@ -54,6 +56,30 @@ def _crop_resize(images: torch.Tensor, boxes: torch.Tensor, flips: torch.Tensor,
     return out * (y_in[:, :, None] & x_in[:, None, :])[..., None]
 
 
+def _normalise_tensors(device: torch.device, scale: tuple[float, ...], shift: tuple[float, ...]):
+    if torch.compiler.is_compiling():
+        return _make_normalise_tensors(device, scale, shift)  # graph constants
+    return _cached_normalise_tensors(device, scale, shift)
+
+
+def _make_normalise_tensors(device: torch.device, scale: tuple[float, ...], shift: tuple[float, ...]):
+    return (torch.tensor(scale, dtype=torch.float32, device=device),
+            torch.tensor(shift, dtype=torch.float32, device=device))
+
+
+# Eagerly, made once per device: a fresh torch.tensor(..., device="cuda") each step would be a pageable
+# copy, which makes the host wait for the GPU's queue.
+_cached_normalise_tensors = lru_cache(maxsize=32)(_make_normalise_tensors)
+
+
+def _to_device(value, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Draws from the host to the images' device without making the host wait for the GPU."""
+    tensor = torch.as_tensor(value).to(dtype)
+    if device.type == "cuda" and tensor.device.type == "cpu" and not torch.compiler.is_compiling():
+        tensor = tensor.pin_memory()  # a non_blocking copy is only asynchronous from pinned memory
+    return tensor.to(device, non_blocking=True)
+
+
 def prepare(images: torch.Tensor, boxes=None, flips=None, out_hw=None, mean=IMAGENET_MEAN, std=IMAGENET_STD,
             dtype="float32", channels_last: bool = False) -> torch.Tensor:
     """uint8 NHWC ``images`` (on their device) -> normalised NCHW ``dtype`` batch of ``out_hw``.
@@ -67,11 +93,10 @@ def prepare(images: torch.Tensor, boxes=None, flips=None, out_hw=None, mean=IMAG
     if args.identity:
         x = images.float()  # the fast path: no resampling, just convert and normalise
     else:
-        boxes_t = torch.as_tensor(args.boxes, dtype=torch.float32).to(device, non_blocking=True)
-        flips_t = torch.as_tensor(args.flips, dtype=torch.bool).to(device, non_blocking=True)
+        boxes_t = _to_device(args.boxes, torch.float32, device)
+        flips_t = _to_device(args.flips, torch.bool, device)
         x = _crop_resize(images, boxes_t, flips_t, args.out_hw)
-    scale = torch.tensor(args.scale, dtype=torch.float32, device=device)
-    shift = torch.tensor(args.shift, dtype=torch.float32, device=device)
+    scale, shift = _normalise_tensors(device, args.scale, args.shift)
     x = x * scale - shift  # (x / 255 - mean) / std
     name = dtype_name(dtype)
     x = x.to(_DTYPES[name] if name else dtype).permute(0, 3, 1, 2)  # NCHW view with channels-last strides

@@ -243,24 +243,28 @@ def resolve_prepare_args(shape: tuple[int, ...], boxes, flips, out_hw, mean, std
     path is taken only when that can be seen on the host -- boxes and flips None or numpy arrays equal to
     the whole frame without flips, at the source size -- so deciding it never waits for a device.
     """
-    if len(shape) != 4:
-        raise ValueError(f"prepare: images must be an NHWC batch, got shape {tuple(shape)}")
-    n, src_h, src_w, channels = (int(v) for v in shape)
+    if len(shape) != 4 or any(v is None for v in shape[1:]):
+        raise ValueError(f"prepare: images must be an NHWC batch with static H, W, C, got shape {tuple(shape)}")
+    n = None if shape[0] is None else int(shape[0])  # TensorFlow may trace without a static batch size
+    src_h, src_w, channels = (int(v) for v in shape[1:])
     out_hw = (src_h, src_w) if out_hw is None else (int(out_hw[0]), int(out_hw[1]))
     mean, std = tuple(float(v) for v in mean), tuple(float(v) for v in std)
     if len(mean) != channels or len(std) != channels:
         raise ValueError(f"prepare: mean/std have {len(mean)}/{len(std)} values for {channels} channels")
-    whole = np.tile(np.array([[0.0, 0.0, src_h, src_w]], dtype=np.float32), (n, 1))
+    whole_box = np.array([0.0, 0.0, src_h, src_w], dtype=np.float32)
     host_boxes = boxes is None or isinstance(boxes, np.ndarray)
     host_flips = flips is None or isinstance(flips, np.ndarray)
     if host_boxes and host_flips and out_hw == (src_h, src_w):
-        no_crop = boxes is None or np.array_equal(np.asarray(boxes, dtype=np.float32), whole)
+        no_crop = boxes is None or bool((np.asarray(boxes, dtype=np.float32) == whole_box).all())
         if no_crop and (flips is None or not np.asarray(flips).any()):
             return PrepareArgs(True, out_hw, None, None, *normalise_constants(mean, std))
-    boxes = whole if boxes is None else boxes
+    if (boxes is None or flips is None) and n is None:
+        raise ValueError("prepare: pass boxes and flips when the batch size is not static")
+    boxes = np.tile(whole_box, (n, 1)) if boxes is None else boxes
     flips = np.zeros(n, dtype=bool) if flips is None else flips
-    if tuple(boxes.shape) != (n, 4) or tuple(flips.shape) != (n,):
-        raise ValueError(f"prepare: boxes {tuple(boxes.shape)} / flips {tuple(flips.shape)} for a batch of {n}")
+    batch = n if n is not None else boxes.shape[0]
+    if tuple(boxes.shape)[1:] != (4,) or tuple(boxes.shape)[:1] != (batch,) or tuple(flips.shape) != (batch,):
+        raise ValueError(f"prepare: boxes {tuple(boxes.shape)} / flips {tuple(flips.shape)} for a batch of {batch}")
     if isinstance(boxes, np.ndarray):
         boxes = boxes.astype(np.float32)
     if isinstance(flips, np.ndarray):
