@@ -111,6 +111,8 @@ def test_upgrade_turns_an_integer_image_size_into_height_x_width(tmp_path):
     values = {"schema_version": "2", "run_id": "sq", "image_size": "224"}
     path = tmp_path / "v2.csv"
     path.write_text(",".join(header) + "\n" + ",".join(values.get(c, "") for c in header) + "\n")
+    # read as it is (the report and notebooks read committed older files), then rewritten
+    assert list(store.read_results([path])["image_size"]) == ["224x224"]
     assert store.upgrade_file(path) == 1
     (row,) = store.read_rows(path)
     assert row["image_size"] == "224x224" and row["data_wait_share"] is None

@@ -133,13 +133,10 @@ def upgrade_file(path: Path) -> int:
         rows = list(reader)
     if header == list(COLUMN_NAMES):
         return 0
-    known = {v: list(columns_of_version(v)) for v in range(1, SCHEMA_VERSION)}
-    versions = [v for v, columns in known.items() if columns == header]
-    if not versions:
+    version = _older_version(header)
+    if version is None:
         raise ResultsFileError(f"{path}: not a results file of schema version 1 to {SCHEMA_VERSION}; not changed")
-    for converted_in, convert in sorted(CONVERTERS.items()):
-        if versions[-1] < converted_in:  # the file predates this change of meaning
-            rows = [convert(dict(row)) for row in rows]
+    rows = _converted(rows, version)
     typed = [{**{k: parse_cell(k, v) for k, v in row.items()}, "schema_version": SCHEMA_VERSION} for row in rows]
     tmp = path.with_name(path.name + ".upgrade.tmp")
     tmp.write_bytes(_render(COLUMN_NAMES, typed, True, format_cell))
@@ -165,6 +162,9 @@ def read_results(paths: Sequence[Path | str], required: Sequence[str] = COLUMN_N
             frame = pd.read_csv(path, dtype=str, keep_default_na=False)
         except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
             raise ResultsFileError(f"{path}: not a readable CSV ({type(exc).__name__})") from None
+        version = _older_version(list(frame.columns))
+        if version is not None:  # an older schema: read as `cnnbench upgrade` would rewrite it
+            frame = _upgraded_frame(frame, version)
         missing = [c for c in required if c not in frame.columns]
         if missing:
             raise ResultsFileError(f"{path}: missing required columns: {', '.join(missing)}")
@@ -176,6 +176,32 @@ def read_results(paths: Sequence[Path | str], required: Sequence[str] = COLUMN_N
             frame[name] = [parse_cell(name, v) for v in frame[name]]
             frame[name] = pd.Series(frame[name].tolist(), dtype=_dtype(name), index=frame.index)
     return frame
+
+
+def _older_version(header: list[str]) -> int | None:
+    """The schema version (< current) whose header this is, else None."""
+    found = [v for v in range(1, SCHEMA_VERSION) if list(columns_of_version(v)) == header]
+    return found[-1] if found and header != list(COLUMN_NAMES) else None
+
+
+def _converted(rows: list[dict[str, Any]], version: int) -> list[dict[str, Any]]:
+    """Rows of a file written by ``version``, with the values whose meaning changed since converted."""
+    for converted_in, convert in sorted(CONVERTERS.items()):
+        if version < converted_in:  # the file predates this change of meaning
+            rows = [convert(dict(row)) for row in rows]
+    return rows
+
+
+def _upgraded_frame(frame: pd.DataFrame, version: int) -> pd.DataFrame:
+    import pandas as pd
+
+    rows = _converted(frame.to_dict("records"), version)
+
+    upgraded = pd.DataFrame(rows, columns=list(frame.columns), dtype=str)
+    for name in COLUMN_NAMES:
+        if name not in upgraded.columns:
+            upgraded[name] = ""
+    return upgraded[list(COLUMN_NAMES)]
 
 
 def _dtype(name: str) -> str:
