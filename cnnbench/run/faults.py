@@ -37,7 +37,7 @@ def install(trainer: object, process_index: int) -> None:
         return
     inner, target, counter = trainer.step, int(fault["step"]), [0]
 
-    def step() -> None:
+    def step(*batch) -> None:  # the runner may hand it the batch it fetched (see protocol.train)
         if counter[0] == target:
             if fault["kind"] == "raise":
                 raise InjectedFault(f"injected fault at step {target} on process {process_index}")
@@ -46,6 +46,6 @@ def install(trainer: object, process_index: int) -> None:
             while True:  # hang
                 time.sleep(3600)
         counter[0] += 1
-        inner()
+        inner(*batch)
 
     trainer.step = step  # type: ignore[attr-defined]
