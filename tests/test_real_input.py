@@ -223,3 +223,18 @@ def test_cifar10_trains_with_pad_crop_and_flip_on_the_device(tmp_path):
     plan = plan_for(type("R", (), {"dataset": "cifar10", "image_size": (32, 32), "seed": 0, "data": {}})(),
                     np.zeros((4, 32, 32, 3), np.uint8), np.arange(4))
     assert (plan.train_kind, plan.eval_kind) == ("pad_crop", "none")
+
+
+def test_loader_workers_start_without_cuda_unless_asked(tmp_path):
+    """worker_init_fn hides CUDA from a DataLoader worker (hide_cuda_in_workers = true) or leaves it."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    code = ("import os; from backends.torch.input import _WorkerInit; os.environ['CUDA_VISIBLE_DEVICES'] = '0'; "
+            "_WorkerInit(0, {hide})(0); print(repr(os.environ['CUDA_VISIBLE_DEVICES']))")
+    for hide, expected in ((True, "''"), (False, "'0'")):
+        done = subprocess.run([sys.executable, "-c", code.format(hide=hide)], capture_output=True, text=True,
+                              cwd=REPO, timeout=300, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+        assert done.stdout.strip() == expected, done.stderr[-2000:]
