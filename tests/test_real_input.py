@@ -238,3 +238,15 @@ def test_loader_workers_start_without_cuda_unless_asked(tmp_path):
         done = subprocess.run([sys.executable, "-c", code.format(hide=hide)], capture_output=True, text=True,
                               cwd=REPO, timeout=300, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
         assert done.stdout.strip() == expected, done.stderr[-2000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("decode", ["cpu", "gpu"])
+def test_folder_trains_on_one_gpu_with_cpu_or_nvjpeg_decode(tmp_path, samples, decode):
+    spec = _spec(tmp_path, "image_folder", samples["folder"], workers=2, data=f'decode_device = "{decode}"')
+    spec.write_text(spec.read_text().replace('device = "cpu"', 'device = "gpu"'))
+    out = tmp_path / "rows.csv"
+    done = run_cli("run", spec, "--out", out, "--no-report", timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = store.read_rows(out)
+    assert row["status"] == "ok" and row["device_type"] == "gpu" and row["data_wait_share"] is not None, row["error"]
