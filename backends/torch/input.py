@@ -125,6 +125,9 @@ class TorchInput:
                 raise DataError("[data] decode_device = \"gpu\" decodes JPEG image folders only "
                                 f"({plan.dataset} {plan.index.root})")
         self.pin = plan.pin_memory and on_gpu
+        # Copies run on their own stream: on the compute stream a batch's copy would wait for the
+        # previous step to finish instead of overlapping it.
+        self.copy_stream = torch.cuda.Stream(device) if on_gpu and self.pin else None
         local = global_batch // world
         self.sampler = _StepSampler(plan, global_batch, rank * local, local)
         self.loader = self._loader(self.sampler, persistent=True)
@@ -149,6 +152,14 @@ class TorchInput:
         images, labels, boxes, flips = batch[:4]
         if self.gpu_decode:
             images = self._decode_on_gpu(images, batch[4])
+        elif self.copy_stream is not None:
+            compute = torch.cuda.current_stream(self.device)
+            with torch.cuda.stream(self.copy_stream):
+                images = images.to(self.device, non_blocking=True)
+                labels = labels.to(self.device, non_blocking=True)
+            compute.wait_stream(self.copy_stream)  # prepare() starts once the bytes are there
+            images.record_stream(compute)  # the caching allocator must not reuse them early
+            labels.record_stream(compute)
         else:
             images = images.to(self.device, non_blocking=self.pin)
         # The draws stay numpy: prepare() sees on the host when a batch needs no resampling (whole frames
