@@ -250,3 +250,22 @@ def test_folder_trains_on_one_gpu_with_cpu_or_nvjpeg_decode(tmp_path, samples, d
     assert done.returncode == 0, done.stderr[-3000:]
     (row,) = store.read_rows(out)
     assert row["status"] == "ok" and row["device_type"] == "gpu" and row["data_wait_share"] is not None, row["error"]
+
+
+def test_mixed_sizes_share_one_canvas_and_each_crop_stays_in_its_image(tmp_path):
+    from types import SimpleNamespace
+
+    write_image_folder(tmp_path / "mixed", 3, ["astronaut"], (16, 16), seed=0)
+    write_image_folder(tmp_path / "mixed", 3, ["coffee"], (24, 20), seed=1)
+    run = SimpleNamespace(dataset="image_folder", data_path=str(tmp_path / "mixed"), image_size=(8, 8), seed=0,
+                          data={"test_fraction": 0.0})
+    plan = plan_for(run)
+    assert plan.canvas_hw == (24, 20)
+    reader = SampleReader(plan)
+    for item in range(len(plan.labels)):
+        sample = reader.sample(0, item, True)
+        height, width = plan.index.sizes[item]
+        y0, x0, h, w = sample.box
+        assert sample.pixels.shape == (24, 20, 3)
+        assert 0 <= y0 and y0 + h <= height and 0 <= x0 and x0 + w <= width
+        assert not sample.pixels[height:].any() and not sample.pixels[:, width:].any()  # zero padding
