@@ -26,7 +26,8 @@ BF16_TOL = 2e-2  # bf16 keeps 8 bits: 2**-8 of |x| <= 2.7, and one rounding step
 
 
 def run_probe(framework: str, folder: Path, device: str = "cpu") -> dict[str, np.ndarray]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # Keep the caller's PYTHONPATH after the repo (the GPU machine carries extra wheels on it).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     if device == "cpu":
         env.update(JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
     path = folder / f"{framework}-{device}.npz"
