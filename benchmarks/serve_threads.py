@@ -32,7 +32,7 @@ def main() -> None:
     else:
         from backends.jax.infer import JaxInference as Model
     model = Model(run, Variant("x", precision="bf16", compile=backend == "jax", channels_last=backend == "torch"))
-    images = np.random.default_rng(0).standard_normal((batch, run.channels, run.image_size, run.image_size),
+    images = np.random.default_rng(0).standard_normal((batch, run.channels, *run.image_size),
                                                       dtype=np.float32)
 
     def handler() -> None:

@@ -518,7 +518,7 @@ def parity(
 @app.command(name="list")
 def list_things() -> None:
     """Models, datasets and backends (with their strategies and installed versions)."""
-    from cnnbench.data.arrays import DATASETS
+    from cnnbench.data.catalog import DATASETS
 
     print("models:")
     for info in MODELS.values():

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backends import load as backend_module
+from cnnbench.data.loader import input_unsupported
 from cnnbench.errors import SpecError
 from cnnbench.model.facts import MODELS
 from cnnbench.spec import Spec, check_training_batches, dataset_info_for, spec_hash
@@ -39,7 +40,7 @@ class Run:
     model: str
     dataset: str
     data_path: str
-    image_size: int
+    image_size: tuple[int, int]  # (height, width)
     channels: int
     num_classes: int
     synthetic_size: int
@@ -76,6 +77,7 @@ class Run:
     model_parallel: int = 1  # devices per model copy (data+tensor)
     microbatches: int = 1  # pipeline micro-batches per step
     spread_limit: float = 0.2  # timing.spread_limit: a row whose windows spread more is flagged as noisy
+    data: dict[str, Any] = field(default_factory=dict)  # the spec's [data] table (real input)
 
     @property
     def device_type(self) -> str:
@@ -97,7 +99,9 @@ class Run:
 
     @classmethod
     def from_json(cls, text: str) -> Run:
-        return cls(**json.loads(text))
+        fields = json.loads(text)
+        fields["image_size"] = tuple(fields["image_size"])  # JSON has lists
+        return cls(**fields)
 
 
 def plan_windows(total_steps: int, steps_per_epoch: int, warmup_steps: int, windows: int,
@@ -158,6 +162,9 @@ def expand(spec: Spec, *, backends: tuple[str, ...] | None = None,
     if check_devices:
         _check_devices(spec, kind, devices, hosts)
     info = dataset_info_for(spec)
+    if not info.labelled:
+        raise SpecError(src, "data_path", f"{spec.data_path} is a flat folder without labels: only `cnnbench infer` "
+                                          f"can use it; training needs CLASS/ sub-folders")
     model = MODELS[spec.model]
     if "fp16" in spec.precision and kind != "gpu":
         raise SpecError(src, "precision", "fp16 (with loss scaling) needs a GPU; use fp32 or bf16 on CPU")
@@ -198,10 +205,14 @@ def expand(spec: Spec, *, backends: tuple[str, ...] | None = None,
                 target_accuracy=spec.target_accuracy, timeout_s=spec.timeout_s, options=options,
                 host_rank=host_rank, coordinator=coordinator, model_parallel=spec.model_parallel,
                 microbatches=spec.microbatches, spread_limit=spec.timing.spread_limit,
+                data=dataclasses.asdict(spec.data),
             )
             problem = getattr(backend_module(backend), "unsupported", lambda _: None)(run)
             if problem:
                 raise SpecError(src, f"{backend}.strategies", problem)
+            input_problem = input_unsupported(run)
+            if input_problem:
+                raise SpecError(src, *input_problem)
             runs.append(run)
     return runs
 
@@ -232,7 +243,7 @@ def _check_devices(spec: Spec, kind: str, devices: tuple[int, ...], hosts: int) 
 def _steps(spec: Spec, info: Any, global_batch: int) -> tuple[int, int, int]:
     """(steps_per_epoch, total_steps, epochs) for one global batch, validated against the timing."""
     t = spec.timing
-    if spec.dataset == "synthetic":
+    if spec.dataset in ("synthetic", "video"):  # a stream of steps, no epochs or test split
         needed = protocol_steps(t.warmup_steps, t.windows, t.window_steps)
         total = spec.steps or needed
         steps_per_epoch, epochs = 0, 0
@@ -246,6 +257,6 @@ def _steps(spec: Spec, info: Any, global_batch: int) -> tuple[int, int, int]:
     try:
         plan_windows(total, steps_per_epoch, t.warmup_steps, t.windows, t.window_steps)
     except ValueError as exc:
-        field_name = "steps" if spec.dataset == "synthetic" else "epochs"
+        field_name = "steps" if spec.dataset in ("synthetic", "video") else "epochs"
         raise SpecError(spec.source, field_name, f"{exc} (global batch {global_batch})") from None
     return steps_per_epoch, total, epochs

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from backends import BACKEND_NAMES, MODEL_PARALLEL_STRATEGIES, REGISTRY
-from cnnbench.data import arrays as data_sources
+from cnnbench.data import catalog as data_sources
 from cnnbench.errors import DataError, SpecError
-from cnnbench.model.facts import MODELS
+from cnnbench.model.facts import MODELS, image_hw, image_size_problem
 from cnnbench.table.spread import DEFAULT_SPREAD_LIMIT
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -188,6 +188,40 @@ class SlurmSpec:
     poll_s: float = _f(10.0, "How often `--wait` asks Slurm about the jobs, seconds.", min=0.1)
 
 
+DECODE_DEVICES = ("cpu", "gpu")
+CORRUPT_POLICIES = ("fail", "skip")
+AUGMENTS = ("auto", "random_resized_crop", "pad_crop", "center", "none")
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """The input pipeline of real data (image_folder, video, cifar10, digits): each framework's own
+    loader (PyTorch DataLoader, tf.data, grain) is set up from these fields."""
+
+    workers: int = _f(0, "Loader workers decoding in parallel: DataLoader num_workers, tf.data map "
+                         "parallelism (0: AUTOTUNE), grain worker_count (0: in the main process).", min=0)
+    prefetch: int = _f(2, "Batches prefetched: per DataLoader worker (prefetch_factor), tf.data prefetch "
+                          "buffer, grain's read-ahead; the next batch is always copied during the step.", min=1)
+    pin_memory: bool = _f(True, "Batches in page-locked host memory, copied non-blocking (GPU runs).")
+    shuffle_buffer: int = _f(0, "0: a seeded permutation of the whole epoch; N: shuffle within blocks of N "
+                                "consecutive items (streaming sources such as video).", min=0)
+    decode_device: str = _f("cpu", "Where JPEGs are decoded: cpu (loader workers) or gpu "
+                                   "(torchvision.io.decode_jpeg on CUDA; torch only).", choices=DECODE_DEVICES)
+    hide_cuda_in_workers: bool = _f(True, "DataLoader workers start with CUDA_VISIBLE_DEVICES=\"\" so they "
+                                          "cannot create a CUDA context.")
+    corrupt: str = _f("fail", "An image that cannot be decoded: fail (the run fails naming the file) or skip "
+                              "(counted, warned, replaced by the next good image).", choices=CORRUPT_POLICIES)
+    augment: str = _f("auto", "Training crop: auto (image_folder random_resized_crop, cifar10 pad_crop, video "
+                              "none), random_resized_crop, pad_crop, center or none; all with a horizontal "
+                              "flip except none and center. Evaluation uses center (video: none).",
+                      choices=AUGMENTS)
+    resize: bool = _f(True, "Resize to image_size on the device; false: every image must already be "
+                            "image_size.")
+    test_fraction: float = _f(0.2, "image_folder: share of each class held out as the test split "
+                                   "(every k-th file in sorted order).", min=0.0, max=0.9)
+    frames: int = _f(0, "video: frames used (0: all).", min=0)
+
+
 @dataclass(frozen=True)
 class Spec:
     """One experiment: a model, a dataset, and the axes to sweep."""
@@ -195,8 +229,10 @@ class Spec:
     name: str = _f(None, "Experiment name, stamped on every row.")
     model: str = _f(None, "Network to train.", choices=tuple(MODELS))
     dataset: str = _f(None, "Data source.", choices=data_sources.DATASETS)
-    data_path: str = _f("", "Folder of a file dataset (cifar10); default $CNNBENCH_DATA/cifar10.")
-    image_size: int = _f(0, "Image height = width (synthetic only; real datasets fix it).", min=0)
+    data_path: str = _f("", "Folder of a file dataset (cifar10, image_folder) or the video file (video); "
+                            "cifar10's default is $CNNBENCH_DATA/cifar10.")
+    image_size: tuple[int, ...] = _f((), "Model input size: an integer (square) or [height, width] "
+                                         "(synthetic, image_folder, video; cifar10 and digits fix it).", min=1)
     channels: int = _f(0, "Image channels (synthetic only).", min=0)
     num_classes: int = _f(0, "Classes (synthetic only; real datasets fix it).", min=0)
     synthetic_size: int = _f(0, "Synthetic images generated (default: one global batch).", min=0)
@@ -232,6 +268,7 @@ class Spec:
     serve: ServeSpec = _f(ServeSpec(), "Dynamic batching under load (`cnnbench infer`), the HTTP server "
                                        "(`cnnbench serve`).")
     slurm: SlurmSpec = _f(SlurmSpec(), "Batch jobs of `cnnbench sweep --slurm`.")
+    data: DataSpec = _f(DataSpec(), "Input pipeline of real data.")
     source: str = field(default="<spec>", metadata={"internal": True})
 
     def backend_options(self, backend: str) -> Any:
@@ -273,7 +310,9 @@ def _parse_table(cls: type, table: dict, source: str, prefix: str = "") -> Any:
     values = {}
     for name, value in table.items():
         path, meta, hint = prefix + name, fields[name].metadata, hints[name]
-        if dataclasses.is_dataclass(hint):
+        if name == "image_size" and cls is Spec:
+            values[name] = _parse_image_size(value, source, path)
+        elif dataclasses.is_dataclass(hint):
             if not isinstance(value, dict):
                 raise SpecError(source, path, f"expected a table [{path}], found {_type_name(value)}")
             values[name] = _parse_table(hint, value, source, path + ".")
@@ -295,6 +334,14 @@ def _parse_table(cls: type, table: dict, source: str, prefix: str = "") -> Any:
     if missing:
         raise SpecError(source, prefix + missing[0], "required field is missing")
     return cls(**values)
+
+
+def _parse_image_size(value: Any, source: str, path: str) -> tuple[int, int]:
+    """An integer (square) or [height, width] -> (height, width)."""
+    items = value if isinstance(value, list) else [value, value]
+    if len(items) != 2:
+        raise SpecError(source, path, f"expected an integer or [height, width], found {value!r}")
+    return tuple(_check_scalar(int, v, source, path, {"min": 1}) for v in items)  # type: ignore[return-value]
 
 
 def parse_spec_text(text: str, source: str = "<spec>") -> Spec:
@@ -332,36 +379,42 @@ def dataset_info_for(spec: Spec) -> data_sources.DatasetInfo:
     try:
         return data_sources.dataset_info(
             spec.dataset, spec.data_path or None,
-            image_size=spec.image_size or model.default_image_size,
+            image_size=spec.image_size or image_hw(model.default_image_size),
             channels=spec.channels or model.default_channels,
             num_classes=spec.num_classes or model.default_classes,
-            synthetic_size=spec.synthetic_size,
+            synthetic_size=spec.synthetic_size, data=spec.data,
         )
     except DataError as exc:
         raise SpecError(spec.source, "data_path", str(exc)) from None
+
+
+SIZED_DATASETS = ("synthetic", "image_folder", "video")  # the spec's image_size applies to these
 
 
 def _check_consistency(spec: Spec) -> None:
     src = spec.source
     if spec.dataset != "synthetic":
         for name in ("image_size", "channels", "num_classes", "synthetic_size"):
-            if getattr(spec, name):
+            if getattr(spec, name) and not (name == "image_size" and spec.dataset in SIZED_DATASETS):
                 raise SpecError(src, name, f"only for dataset synthetic; {spec.dataset} fixes it")
-        if spec.steps:
-            raise SpecError(src, "steps", f"only for dataset synthetic; {spec.dataset} trains for `epochs`")
-    if spec.dataset != "cifar10" and spec.data_path:
-        raise SpecError(src, "data_path", f"only for file datasets (cifar10), found dataset {spec.dataset}")
+        if spec.steps and spec.dataset != "video":
+            raise SpecError(src, "steps", f"only for datasets synthetic and video; {spec.dataset} trains for "
+                                          f"`epochs`")
+    if spec.dataset not in data_sources.FILE_DATASETS and spec.data_path:
+        raise SpecError(src, "data_path", f"only for file datasets ({', '.join(data_sources.FILE_DATASETS)}), "
+                                          f"found dataset {spec.dataset}")
+    if spec.dataset in ("image_folder", "video") and not spec.data_path:
+        raise SpecError(src, "data_path", f"required for dataset {spec.dataset} (the folder or the video file)")
     if "weak" not in spec.scaling and spec.per_device_batch:
         raise SpecError(src, "per_device_batch", "only for weak scaling; strong scaling uses global_batch")
     if "strong" not in spec.scaling and spec.global_batch:
         raise SpecError(src, "global_batch", "only for strong scaling; weak scaling uses per_device_batch")
     model = MODELS[spec.model]
     info = dataset_info_for(spec) if spec.dataset != "cifar10" else None
-    image = info.image_size if info else 32
-    if image < model.min_image_size or image % model.image_multiple:
-        raise SpecError(src, "image_size" if spec.dataset == "synthetic" else "model",
-                        f"model {spec.model} needs an image size >= {model.min_image_size} and a multiple "
-                        f"of {model.image_multiple}; dataset {spec.dataset} has {image}")
+    problem = image_size_problem(spec.model, info.image_size if info else (32, 32))
+    if problem:
+        raise SpecError(src, "image_size" if spec.dataset in SIZED_DATASETS else "model",
+                        f"{problem} (dataset {spec.dataset})")
     _check_torch_compile(spec)
     if spec.sync_bn and not model.has_batchnorm:
         raise SpecError(src, "sync_bn", f"model {spec.model} has no batch norm")

@@ -13,7 +13,10 @@ import math
 import os
 import sys
 
-CONFIGS = [("smallcnn", 8, 1, 10), ("resnet18_cifar", 32, 3, 10), ("resnet50", 224, 3, 1000)]
+from cnnbench.model.facts import image_hw
+
+CONFIGS = [("smallcnn", 8, 1, 10), ("resnet18_cifar", 32, 3, 10), ("resnet50", 224, 3, 1000),
+           ("resnet50", (64, 96), 3, 1000)]  # height != width: the same parameters
 
 
 def torch_shapes(model, size, channels, classes):
@@ -40,7 +43,7 @@ def flax_shapes(model, size, channels, classes):
     from backends.jax.models import build_model, state_to_neutral
 
     net = build_model(model, classes)
-    variables = jax.eval_shape(lambda: net.init(jax.random.key(0), jnp.zeros((1, size, size, channels))))
+    variables = jax.eval_shape(lambda: net.init(jax.random.key(0), jnp.zeros((1, *image_hw(size), channels))))
     variables = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), variables)
     params = int(sum(a.size for a in jax.tree.leaves(variables["params"])))
     weights = state_to_neutral(variables["params"], variables.get("batch_stats", {}), model, size, channels, classes)
@@ -56,5 +59,5 @@ if __name__ == "__main__":
     out = {}
     for config in CONFIGS:
         params, layout = fn(*config)
-        out["/".join(map(str, config))] = {"params": params, "layout": layout}
+        out["/".join(map(str, config)).replace(" ", "")] = {"params": params, "layout": layout}
     print(json.dumps(out))

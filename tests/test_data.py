@@ -48,7 +48,7 @@ def test_cifar10_binary_roundtrip(tmp_path):
     expected = (images[0, 2] / 255.0 - data.CIFAR10_MEAN[2]) / data.CIFAR10_STD[2]
     np.testing.assert_allclose(ds.train_x[0, 2], expected, rtol=1e-5)
     info = data.dataset_info("cifar10", str(tmp_path))
-    assert (info.train_size, info.test_size, info.image_size) == (35, 5, 32)
+    assert (info.train_size, info.test_size, info.image_size) == (35, 5, (32, 32))
 
 
 def test_cifar10_from_env_and_archive_folder(tmp_path, monkeypatch):

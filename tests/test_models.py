@@ -33,6 +33,22 @@ def test_param_counts_and_layout(backend):
         assert entry["params"] == expected, (backend, model)
         layout = [[name, list(shape)] for name, shape in neutral_layout(model, size, channels, classes)]
         assert entry["layout"] == layout, (backend, model)
+    # built natively at height != width too: the same parameters and layout
+    non_square = found["resnet50/(64,96)/3/1000"]
+    assert non_square["params"] == REFERENCE_PARAMS[("resnet50", 224, 3, 1000)], backend
+    assert non_square["layout"] == found["resnet50/224/3/1000"]["layout"], backend
+
+
+def test_flops_scale_with_height_times_width_and_smallcnn_refuses_non_square():
+    from cnnbench.model.facts import image_size_problem
+
+    square = flops.forward_macs("resnet50", 1088, 3, 1000)
+    frame = flops.forward_macs("resnet50", (1088, 1920), 3, 1000)
+    # every layer's output is (H/s) x (W/s): the count grows with the area (bar the dense layer)
+    assert frame / square == pytest.approx(1920 / 1088, rel=1e-3)
+    assert image_size_problem("resnet50", (1080, 1920)) is None
+    assert "square images only" in image_size_problem("smallcnn", (8, 16))
+    assert "height >= 32" in image_size_problem("resnet50", (16, 64))
 
 
 def test_layout_counts_match_reference():

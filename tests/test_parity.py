@@ -18,6 +18,14 @@ def test_parity_across_all_backends():
     assert "resnet50: 25,557,032 in torch, tensorflow, jax" in format_params(result.params)
 
 
+def test_parity_at_a_non_square_size():
+    """Height != width: the same logits and step in all three frameworks (global pooling adapts)."""
+    checks = run_parity(["resnet18_cifar"], BACKENDS, image_size=(16, 36)).checks  # 36 -> 18 -> 9 -> 5: odd sides
+    failed = [c for c in checks if not c.ok]
+    assert not failed, format_checks(failed)
+    assert len({c.pair for c in checks if c.pair != "layout"}) == 3
+
+
 def test_a_perturbed_weight_fails_parity():
     result = run_parity(["smallcnn"], ["torch", "jax"], perturb=("jax", "conv2.weight"))
     failed = {c.what for c in result.failed}

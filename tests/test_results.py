@@ -102,3 +102,17 @@ def test_a_version_1_file_is_upgraded_in_place_and_can_then_be_appended_to(tmp_p
     store.append_rows(path, [{"run_id": "def", "schema_version": SCHEMA_VERSION}])
     assert [r["run_id"] for r in store.read_rows(path)] == ["abc", "def"]
     assert store.upgrade_file(path) == 0  # already current
+
+
+def test_upgrade_turns_an_integer_image_size_into_height_x_width(tmp_path):
+    from cnnbench.table.schema import columns_of_version
+
+    header = list(columns_of_version(2))
+    values = {"schema_version": "2", "run_id": "sq", "image_size": "224"}
+    path = tmp_path / "v2.csv"
+    path.write_text(",".join(header) + "\n" + ",".join(values.get(c, "") for c in header) + "\n")
+    # read as it is (the report and notebooks read committed older files), then rewritten
+    assert list(store.read_results([path])["image_size"]) == ["224x224"]
+    assert store.upgrade_file(path) == 1
+    (row,) = store.read_rows(path)
+    assert row["image_size"] == "224x224" and row["data_wait_share"] is None

@@ -109,9 +109,15 @@ def test_spec_hash_ignores_swept_lists():
     assert spec_hash(a) == spec_hash(b) != spec_hash(c)
 
 
-def test_every_committed_experiment_validates():
+def test_every_committed_experiment_validates(tmp_path, monkeypatch):
     from pathlib import Path
 
+    from cnnbench.data.samples import write_image_folder
+
+    # The image-folder experiments read $CNNBENCH_DATA: small sample folders stand in for the real ones.
+    write_image_folder(tmp_path / "samples" / "images", 2, 2, (40, 56))
+    write_image_folder(tmp_path / "frames" / "images", 2, ["astronaut"], (40, 56))
+    monkeypatch.setenv("CNNBENCH_DATA", str(tmp_path))
     for path in sorted(Path(__file__).resolve().parent.parent.glob("experiments/*.toml")):
         spec = load_spec(path)
         assert spec.name

@@ -29,7 +29,7 @@ class JaxInference:
         self.device = jax.devices()[0]
         dtype = {"bf16": jnp.bfloat16, "fp16": jnp.float16}.get(variant.precision, jnp.float32)
         model = build_model(run.model, run.num_classes, dtype)
-        shape = (1, run.image_size, run.image_size, run.channels)
+        shape = (1, *run.image_size, run.channels)
         variables = jax.jit(lambda key: model.init(key, jnp.zeros(shape), train=False))(jax.random.key(run.seed))
         self.variables = jax.device_put(variables, self.device)
         scale, shift = (jnp.asarray(v) for v in channel_scale_shift(run.channels))

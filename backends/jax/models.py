@@ -189,7 +189,7 @@ def _leaf(suffix: str, is_bn: bool) -> tuple[str, str]:
     return "params", "kernel" if suffix == "weight" else "bias"
 
 
-def state_to_neutral(params: Any, batch_stats: Any, model: str, image_size: int, channels: int,
+def state_to_neutral(params: Any, batch_stats: Any, model: str, image_size: int | tuple[int, int], channels: int,
                      num_classes: int) -> dict[str, np.ndarray]:
     trees = {"params": params, "batch_stats": batch_stats}
     out = {}
@@ -202,7 +202,7 @@ def state_to_neutral(params: Any, batch_stats: Any, model: str, image_size: int,
     return out
 
 
-def neutral_to_state(weights: dict[str, np.ndarray], model: str, image_size: int, channels: int,
+def neutral_to_state(weights: dict[str, np.ndarray], model: str, image_size: int | tuple[int, int], channels: int,
                      num_classes: int) -> tuple[dict, dict]:
     trees: dict[str, dict] = {"params": {}, "batch_stats": {}}
     for layer, suffixes in group_by_layer(neutral_layout(model, image_size, channels, num_classes)).items():

@@ -45,7 +45,7 @@ class JaxPipelineTrainer(JaxTrainer):
         self.eval_model = build_model(run.model, run.num_classes, dtype)
         # The whole model is initialised as in every other strategy (same seed, same weights), then
         # each stage takes the variables its pieces name.
-        image = (run.image_size, run.image_size, run.channels)
+        image = (*run.image_size, run.channels)
         whole = self.eval_model.init(jax.random.key(run.seed), jnp.zeros((1, *image), jnp.float32), train=False)
         self.tx = make_optimizer(run, ctx.lr_table)
         # Each stage's variable names and input shape, traced without computing anything.
@@ -133,9 +133,9 @@ class JaxPipelineTrainer(JaxTrainer):
         self._update = jax.jit(update, donate_argnums=(0,))
 
     # -- the step ------------------------------------------------------------------------------
-    def step(self) -> None:
+    def step(self, batch=None) -> None:
         jax = self.jax
-        xs, ys = self._next_batch()
+        xs, ys = batch if batch is not None else self.next_batch()
         states, devices, last = self.state, self.devices, len(self.stages) - 1
         grad_sums = [self._zeros(state["params"]) for state in states]
         stats = [state["batch_stats"] for state in states]

@@ -58,6 +58,8 @@ def tensor_spec(shape: tuple[int, ...], model: int):
 
 
 class JaxTrainer:
+    input = None  # a JaxInput for uint8 sources (set in _setup_input)
+
     def __init__(self, run: Run, ctx: BuildContext) -> None:
         import jax
         import jax.numpy as jnp
@@ -80,7 +82,7 @@ class JaxTrainer:
         axis = AXIS if (self.pmap and run.sync_bn and run.devices > 1) else None
         self.model = build_model(run.model, run.num_classes, dtype, groups, axis)
         self.eval_model = build_model(run.model, run.num_classes, dtype)
-        shape = (1, run.image_size, run.image_size, run.channels)
+        shape = (1, *run.image_size, run.channels)
         variables = self.model.init(jax.random.key(run.seed), jnp.zeros(shape, jnp.float32), train=False)
         self.tx = make_optimizer(run, ctx.lr_table)
         state = {"params": variables["params"], "batch_stats": variables.get("batch_stats", {})}
@@ -117,7 +119,11 @@ class JaxTrainer:
         jax, jnp, model, tx = self.jax, self.jnp, self.model, self.tx
         import optax
 
+        prepare = self._prepare
+
         def step(state, x, y):
+            x = prepare(x)
+
             def loss_fn(params):
                 logits, updates = model.apply({"params": params, "batch_stats": state["batch_stats"]},
                                               x, train=True, mutable=["batch_stats"])
@@ -135,10 +141,28 @@ class JaxTrainer:
         return step
 
     # -- input ---------------------------------------------------------------------------------
+    def _prepare(self, x):
+        """Inside the jitted step: a uint8 batch (images, boxes, flips) -> normalised float images."""
+        if not isinstance(x, tuple):
+            return x
+        from backends.jax.transforms import prepare
+
+        plan = self.ctx.inputs
+        return prepare(*x, out_hw=plan.out_hw, mean=plan.mean, std=plan.std, dtype=compute_dtype(self.run))
+
     def _setup_input(self) -> None:
         run, data = self.run, self.ctx.dataset
         self.local_batch = run.global_batch // self.jax.process_count()
         lo = self.jax.process_index() * self.local_batch
+        self.input = None
+        if self.ctx.inputs is not None:  # uint8 frames from files, video or CIFAR-10 (grain)
+            from backends.jax.input import JaxInput
+
+            self.input = JaxInput(self.ctx.inputs, run.global_batch, self.jax.process_index(),
+                                  self.jax.process_count(), run.total_steps)
+            self.fixed_batch, self._next = None, None
+            self.steps_per_epoch = run.steps_per_epoch
+            return
         if run.dataset == "synthetic":
             x = np.ascontiguousarray(data.train_x[lo:lo + self.local_batch].transpose(0, 2, 3, 1))
             self.fixed_batch = self._place(x, data.train_y[lo:lo + self.local_batch])
@@ -150,19 +174,21 @@ class JaxTrainer:
         self._cursor, self._epoch, self._order = 0, 0, None
         self._next = None
 
-    def _place(self, x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
-        """This process's slice of a global batch -> device arrays laid out for the step."""
+    def _place(self, x: Any, y: np.ndarray) -> tuple[Any, Any]:
+        """This process's slice of a global batch -> device arrays laid out for the step (``x``: images,
+        or the uint8 tuple (images, boxes, flips), each split along the batch)."""
         jax = self.jax
         if self.pmap:  # a leading device axis, one slice per device (what pmap maps over)
             n = len(self.local_devices)
-            return (jax.device_put(x.reshape((n, -1) + x.shape[1:]), self.batch_sharding),
-                    jax.device_put(y.reshape(n, -1), self.batch_sharding))
+            return jax.tree.map(lambda a: jax.device_put(a.reshape((n, -1) + a.shape[1:]), self.batch_sharding),
+                                (x, y))
         if jax.process_count() > 1:
-            return (jax.make_array_from_process_local_data(self.batch_sharding, x),
-                    jax.make_array_from_process_local_data(self.batch_sharding, y))
-        return jax.device_put(x, self.batch_sharding), jax.device_put(y, self.batch_sharding)
+            return jax.tree.map(lambda a: jax.make_array_from_process_local_data(self.batch_sharding, a), (x, y))
+        return jax.device_put((x, y), self.batch_sharding)
 
     def _host_batch(self) -> tuple[Any, Any]:
+        if self.input is not None:
+            return self._place(*self.input.next_host_batch())
         run = self.run
         if self._order is None or self._cursor == self.steps_per_epoch:
             rng = np.random.default_rng(run.seed + self._epoch)
@@ -173,7 +199,8 @@ class JaxTrainer:
         self._cursor += 1
         return self._place(self.train_x[index], self.ctx.dataset.train_y[index])
 
-    def _next_batch(self) -> tuple[Any, Any]:
+    def next_batch(self) -> tuple[Any, Any]:
+        """The next batch on the devices (the runner times how long this waits)."""
         if self.fixed_batch is not None:
             return self.fixed_batch
         # Keep one batch in flight: device_put is asynchronous, so the copy overlaps the step.
@@ -181,13 +208,17 @@ class JaxTrainer:
         self._next = self._host_batch()
         return batch
 
-    def step(self) -> None:
-        x, y = self._next_batch()
+    def step(self, batch: tuple[Any, Any] | None = None) -> None:
+        x, y = batch if batch is not None else self.next_batch()
         self.state, loss = self._step(self.state, x, y)
         self._losses.append(loss)  # a device array: reading it would sync
 
     def sync(self) -> None:
         self.jax.block_until_ready(self.state)
+
+    def close(self) -> None:
+        if self.input is not None:
+            self.input.close()
 
     # -- evaluation and inspection -------------------------------------------------------------
     def _single_state(self) -> dict:
@@ -203,6 +234,7 @@ class JaxTrainer:
     def _eval_batch(self, variables, x, y, valid):
         import optax
 
+        x = self._prepare(x)
         logits = self.eval_model.apply(variables, x, train=False)
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, y)
         correct = (logits.argmax(-1) == y).astype(self.jnp.float32)
@@ -212,6 +244,13 @@ class JaxTrainer:
         data, batch = self.ctx.dataset, 2 * self.run.global_batch
         state = self._single_state()
         variables = {"params": state["params"], "batch_stats": state["batch_stats"]}
+        if self.input is not None and self.run.dataset != "cifar10":  # files: through the loader
+            loss_sum, correct, count = 0.0, 0.0, 0
+            for (x, y), valid in self.input.eval_batches(batch):
+                mask = (np.arange(batch) < valid).astype(np.float32)
+                loss, right = self._eval(variables, x, y, mask)
+                loss_sum, correct, count = loss_sum + float(loss), correct + float(right), count + valid
+            return loss_sum / max(count, 1), correct / max(count, 1)
         x_all = data.test_x.transpose(0, 2, 3, 1)
         loss_sum, correct = 0.0, 0.0
         for lo in range(0, len(x_all), batch):

@@ -20,6 +20,7 @@ from cnnbench.model.facts import (
     RESNET18_BLOCKS,
     RESNET50_BLOCKS,
     RESNET_WIDTHS,
+    image_hw,
     smallcnn_dims,
 )
 from cnnbench.model.layout import flatten_shape, group_by_layer, hwio_to_neutral, neutral_layout, neutral_to_hwio
@@ -85,9 +86,9 @@ def _logits(x, num_classes: int):
     return layers.Activation("linear", dtype="float32", name="logits")(x)
 
 
-def build_model(name: str, image_size: int, channels: int, num_classes: int,
+def build_model(name: str, image_size: int | tuple[int, int], channels: int, num_classes: int,
                 sync_bn: bool = False) -> keras.Model:
-    inputs = keras.Input((image_size, image_size, channels), name="images")
+    inputs = keras.Input((*image_hw(image_size), channels), name="images")
     b = _Builder(sync_bn)
     if name == "smallcnn":
         d = smallcnn_dims(image_size, channels, num_classes)
@@ -121,7 +122,7 @@ def build_model(name: str, image_size: int, channels: int, num_classes: int,
 
 
 def get_neutral_weights(model: keras.Model, num_classes: int) -> dict[str, np.ndarray]:
-    size, channels = model.input_shape[1], model.input_shape[3]
+    size, channels = model.input_shape[1:3], model.input_shape[3]
     out: dict[str, np.ndarray] = {}
     for layer_name, suffixes in group_by_layer(neutral_layout(model.name, size, channels, num_classes)).items():
         flatten = flatten_shape(model.name, layer_name, size)
@@ -133,7 +134,7 @@ def get_neutral_weights(model: keras.Model, num_classes: int) -> dict[str, np.nd
 
 
 def set_neutral_weights(model: keras.Model, weights: dict[str, np.ndarray], num_classes: int) -> None:
-    size, channels = model.input_shape[1], model.input_shape[3]
+    size, channels = model.input_shape[1:3], model.input_shape[3]
     for layer_name, suffixes in group_by_layer(neutral_layout(model.name, size, channels, num_classes)).items():
         flatten = flatten_shape(model.name, layer_name, size)
         for suffix, variable in zip(suffixes, model.get_layer(keras_name(layer_name)).weights):

@@ -52,7 +52,15 @@ class TFTrainer:
         self.owns_loop = run.strategy == "fit"  # the runner then calls run_loop instead of step
         self._losses: list = []
         self._last = None
-        self._dataset = self._make_dataset()
+        self.input = None
+        if ctx.inputs is not None:  # uint8 frames (files, video, CIFAR-10) through tf.data, prepared on device
+            from backends.tensorflow.input import TFInput
+
+            self.input = TFInput(ctx.inputs, run.global_batch)
+            self._dataset = self.input.dataset()
+            self.next_batch = self._next_distributed  # the runner fetches batches apart from the step
+        else:
+            self._dataset = self._make_dataset()
         if run.strategy == "mirrored":
             self._iterator = iter(self.strategy.experimental_distribute_dataset(self._dataset))
             self._train_step = self._make_train_step()
@@ -77,6 +85,7 @@ class TFTrainer:
         model, optimizer, global_batch = self.model, self.optimizer, run.global_batch
 
         def replica_step(x, y):
+            x = prepare(x)  # a uint8 batch (images, boxes, flips) is prepared on the device first
             with tf.GradientTape() as tape:
                 logits = model(x, training=True)
                 per_example = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
@@ -86,18 +95,37 @@ class TFTrainer:
             optimizer.apply(grads, model.trainable_variables)  # all-reduces (SUM) across replicas
             return loss
 
+        prepare = self._prepare
         replica_step = tf.function(replica_step, jit_compile=run.compile)
+
+        def run_replicas(x, y):
+            per_replica = self.strategy.run(replica_step, args=(x, y))
+            return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+        if self.input is not None:  # the runner fetched the distributed batch (timing its wait)
+            return tf.function(run_replicas)
 
         @tf.function
         def train_step(iterator):
             x, y = next(iterator)
-            per_replica = self.strategy.run(replica_step, args=(x, y))
-            return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            return run_replicas(x, y)
 
         return train_step
 
-    def step(self) -> None:
-        self._last = self._train_step(self._iterator)
+    def _prepare(self, x):
+        if not isinstance(x, tuple):
+            return x
+        from backends.tensorflow.transforms import prepare
+
+        plan = self.ctx.inputs
+        return prepare(*x, out_hw=plan.out_hw, mean=plan.mean, std=plan.std, dtype="float32")
+
+    def _next_distributed(self):
+        """The next global batch, each replica's slice already on its device."""
+        return next(self._iterator)
+
+    def step(self, batch=None) -> None:
+        self._last = self._train_step(self._iterator) if batch is None else self._train_step(*batch)
         self._losses.append(self._last)  # a device tensor: reading it would sync
 
     def run_loop(self, protocol) -> None:
@@ -112,6 +140,15 @@ class TFTrainer:
                                loss=self.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         self.model.fit(self._dataset, epochs=run.epochs or 1, steps_per_epoch=steps,
                        callbacks=[self._fit_callback], verbose=0)
+
+    def close(self) -> None:
+        """Stop tf.data's reader threads before the interpreter exits (an endless generator still being
+        read at exit aborts the process: "terminate called without an active exception")."""
+        if self.input is not None:
+            import gc
+
+            self._iterator = self._dataset = None
+            gc.collect()
 
     def sync(self) -> None:
         if self.run.hosts > 1:
@@ -138,12 +175,17 @@ class TFTrainer:
 
     def evaluate(self) -> tuple[float, float]:
         data, batch = self.ctx.dataset, 2 * self.run.global_batch
-        x = np.ascontiguousarray(data.test_x.transpose(0, 2, 3, 1))
-        loss_sum, correct = 0.0, 0.0
-        for lo in range(0, len(x), batch):
-            loss, right = self._eval_step(x[lo:lo + batch], data.test_y[lo:lo + batch])
-            loss_sum, correct = loss_sum + float(loss), correct + float(right)
-        return loss_sum / len(x), correct / len(x)
+        if self.input is not None and self.run.dataset != "cifar10":  # files: through the loader
+            batches = ((self._prepare(tuple(self.tf.constant(a) for a in x)), y)
+                       for x, y in self.input.eval_batches(batch))
+        else:
+            x = np.ascontiguousarray(data.test_x.transpose(0, 2, 3, 1))
+            batches = ((x[lo:lo + batch], data.test_y[lo:lo + batch]) for lo in range(0, len(x), batch))
+        loss_sum, correct, count = 0.0, 0.0, 0
+        for images, labels in batches:
+            loss, right = self._eval_step(images, labels)
+            loss_sum, correct, count = loss_sum + float(loss), correct + float(right), count + len(labels)
+        return loss_sum / max(count, 1), correct / max(count, 1)
 
     def predict(self, images: np.ndarray) -> np.ndarray:
         logits = self.model(np.ascontiguousarray(images.transpose(0, 2, 3, 1)), training=False)

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 
 class TorchTrainer:
+    input = None  # a TorchInput for uint8 sources (set in _setup_input)
+
     def __init__(self, run: Run, ctx: BuildContext) -> None:
         import torch
         from torch.nn.parallel import DistributedDataParallel
@@ -99,6 +101,15 @@ class TorchTrainer:
         from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
         run, data, b = self.run, self.ctx.dataset, self.run.per_device_batch
+        self.input = None
+        if self.ctx.inputs is not None:  # uint8 frames from files, video or CIFAR-10, prepared on the device
+            from backends.torch.input import TorchInput
+
+            self.fixed_batch = None
+            self.input = TorchInput(self.ctx.inputs, self.device, run.global_batch, self.rank, self.world,
+                                    self.memory_format == torch.channels_last)
+            self.steps_per_epoch = run.steps_per_epoch
+            return
         if run.dataset == "synthetic":
             # One batch resident on the device: throughput excludes input, by design.
             lo = self.rank * b
@@ -126,9 +137,12 @@ class TorchTrainer:
         return torch.from_numpy(np.ascontiguousarray(images)).to(
             self.device, memory_format=self.memory_format, non_blocking=True)
 
-    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next batch on the device (the runner times how long this waits)."""
         if self.fixed_batch is not None:
             return self.fixed_batch
+        if self.input is not None:
+            return self.input.next_batch()
         try:
             x, y = next(self.batches)
         except StopIteration:
@@ -140,8 +154,8 @@ class TorchTrainer:
         return x, y.to(self.device, non_blocking=True)
 
     # -- the training step ---------------------------------------------------------------------
-    def step(self) -> None:
-        x, y = self._next_batch()
+    def step(self, batch: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        x, y = batch if batch is not None else self.next_batch()
         self._set_lr(self.lr_table[min(self.step_count, len(self.lr_table) - 1)])
         # Outside the compiled step: dynamo does not trace zero_grad (a graph break at the start).
         self.optimizer.zero_grad(set_to_none=True)
@@ -204,25 +218,35 @@ class TorchTrainer:
         self.loss_steps = 0
         return total / max(steps, 1)
 
+    def _eval_batches(self):
+        """(images, labels) on the device: the test split's slice of this rank."""
+        import torch
+
+        if self.input is not None and self.run.dataset != "cifar10":  # files: through the loader
+            yield from self.input.eval_batches()
+            return
+        data = self.ctx.dataset
+        images, labels = data.test_x[self.rank::self.world], data.test_y[self.rank::self.world]
+        for lo in range(0, len(labels), 2 * self.run.per_device_batch):
+            hi = lo + 2 * self.run.per_device_batch
+            yield self._to_device(images[lo:hi]), torch.from_numpy(labels[lo:hi]).to(self.device)
+
     def evaluate(self) -> tuple[float, float]:
         import torch
 
-        data = self.ctx.dataset
         # Each rank scores a disjoint slice of the test split; the sums are all-reduced.
-        images, labels = data.test_x[self.rank::self.world], data.test_y[self.rank::self.world]
-        loss_sum, correct = 0.0, 0.0
+        loss_sum, correct, count = 0.0, 0.0, 0.0
         self.module.eval()
         with torch.no_grad(), torch.autocast(self.device.type, dtype=self.autocast_dtype,
                                              enabled=self.autocast_dtype is not None):
-            for lo in range(0, len(labels), 2 * self.run.per_device_batch):
-                hi = lo + 2 * self.run.per_device_batch
-                logits = self.module(self._to_device(images[lo:hi])).float()
-                target = torch.from_numpy(labels[lo:hi]).to(self.device)
+            for x, target in self._eval_batches():
+                logits = self.module(x).float()
                 loss_sum += float(torch.nn.functional.cross_entropy(logits, target, reduction="sum"))
                 correct += float((logits.argmax(1) == target).sum())
+                count += len(target)
         self.module.train()
-        loss_sum, correct, count = self._all_sum([loss_sum, correct, float(len(labels))])
-        return loss_sum / count, correct / count
+        loss_sum, correct, count = self._all_sum([loss_sum, correct, count])
+        return loss_sum / max(count, 1.0), correct / max(count, 1.0)
 
     def predict(self, images: np.ndarray) -> np.ndarray:
         import torch

@@ -27,7 +27,7 @@ def _bn(channels: int) -> nn.BatchNorm2d:
 
 
 class SmallCNN(nn.Module):
-    def __init__(self, image_size: int, channels: int, num_classes: int) -> None:
+    def __init__(self, image_size: int | tuple[int, int], channels: int, num_classes: int) -> None:
         super().__init__()
         d = smallcnn_dims(image_size, channels, num_classes)
         self.conv1 = nn.Conv2d(channels, d["conv1"], 3, padding=1)
@@ -125,7 +125,7 @@ def init_weights(model: nn.Module) -> None:
             nn.init.zeros_(module.bias)
 
 
-def build_model(name: str, image_size: int, channels: int, num_classes: int) -> nn.Module:
+def build_model(name: str, image_size: int | tuple[int, int], channels: int, num_classes: int) -> nn.Module:
     if name == "smallcnn":
         model: nn.Module = SmallCNN(image_size, channels, num_classes)
     elif name == "resnet18_cifar":

@@ -78,7 +78,7 @@ class PipelineTrainer(TorchTrainer):
         whole model) in eval mode: without them PipelineStage infers shapes by running a training-mode
         forward on uninitialised buffers, which corrupts batch-norm running statistics."""
         run = self.run
-        x = torch.zeros((run.global_batch // run.microbatches, run.channels, run.image_size, run.image_size),
+        x = torch.zeros((run.global_batch // run.microbatches, run.channels, *run.image_size),
                         device=self.device).contiguous(memory_format=self.memory_format)
         self.module.eval()
         with torch.no_grad(), torch.autocast(self.device.type, dtype=self.autocast_dtype,
@@ -111,8 +111,8 @@ class PipelineTrainer(TorchTrainer):
         self.steps_per_epoch = len(self.loader)
         self.epoch, self.batches = 0, iter(())
 
-    def step(self) -> None:
-        x, y = self._next_batch()
+    def step(self, batch=None) -> None:
+        x, y = batch if batch is not None else self.next_batch()
         lr = self.lr_table[min(self.step_count, len(self.lr_table) - 1)]
         for group in self.optimizer.param_groups:
             group["lr"] = lr

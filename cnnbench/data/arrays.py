@@ -37,11 +37,12 @@ DIGITS_TEST_FRACTION = 0.2
 class DatasetInfo:
     """What a dataset looks like, known without loading it."""
 
-    image_size: int
+    image_size: tuple[int, int]  # (height, width)
     channels: int
     num_classes: int
     train_size: int
     test_size: int
+    labelled: bool = True  # False for a flat image folder (inference only)
 
 
 @dataclass(frozen=True)
@@ -86,19 +87,19 @@ def _cifar10_file_records(file: Path) -> int:
 
 
 def dataset_info(
-    name: str, path: str | None = None, image_size: int = 32, channels: int = 3,
+    name: str, path: str | None = None, image_size: tuple[int, int] = (32, 32), channels: int = 3,
     num_classes: int = 10, synthetic_size: int = 0,
 ) -> DatasetInfo:
     """Shape and sizes of a dataset; checks that files exist without reading them whole."""
     if name == "digits":
-        return DatasetInfo(8, 1, 10, 1797 - _digits_test_count(), _digits_test_count())
+        return DatasetInfo((8, 8), 1, 10, 1797 - _digits_test_count(), _digits_test_count())
     if name == "cifar10":
         folder = cifar10_dir(path)
         train = sum(_cifar10_file_records(folder / f) for f in CIFAR10_TRAIN_FILES)
         test = _cifar10_file_records(folder / CIFAR10_TEST_FILE)
-        return DatasetInfo(32, 3, 10, train, test)
+        return DatasetInfo((32, 32), 3, 10, train, test)
     if name == "synthetic":
-        return DatasetInfo(image_size, channels, num_classes, synthetic_size, 0)
+        return DatasetInfo(tuple(image_size), channels, num_classes, synthetic_size, 0)
     raise DataError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
 
 
@@ -156,13 +157,28 @@ def load_cifar10_dataset(path: str | None) -> Dataset:
     return Dataset(train_x, train_y, test_x, test_y, 10)
 
 
+def load_cifar10_uint8(path: str | None) -> tuple[np.ndarray, np.ndarray, Dataset]:
+    """(training images uint8 NHWC, their labels, the Dataset with the normalised test split only):
+    training batches are augmented and normalised on the device (pad-4 crop + flip)."""
+    folder = cifar10_dir(path)
+    parts = [read_cifar10_file(folder / f) for f in CIFAR10_TRAIN_FILES]
+    train_u8 = np.ascontiguousarray(np.concatenate([p[0] for p in parts]).transpose(0, 2, 3, 1))
+    train_y = np.concatenate([p[1] for p in parts])
+    test_u8, test_y = read_cifar10_file(folder / CIFAR10_TEST_FILE)
+    _, test_x = _standardize(test_u8[:0].astype(np.float32), test_u8.astype(np.float32) / 255.0,
+                             CIFAR10_MEAN, CIFAR10_STD)
+    empty = np.zeros((0, 3, 32, 32), np.float32)
+    return train_u8, train_y, Dataset(empty, train_y, test_x, test_y, 10)
+
+
 def synthetic_dataset(
-    size: int, image_size: int, channels: int, num_classes: int, seed: int
+    size: int, image_size: int | tuple[int, int], channels: int, num_classes: int, seed: int
 ) -> Dataset:
+    height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((size, channels, image_size, image_size), dtype=np.float32)
+    x = rng.standard_normal((size, channels, height, width), dtype=np.float32)
     y = rng.integers(0, num_classes, size=size, dtype=np.int64)
-    empty_x = np.zeros((0, channels, image_size, image_size), np.float32)
+    empty_x = np.zeros((0, channels, height, width), np.float32)
     return Dataset(x, y, empty_x, np.zeros((0,), np.int64), num_classes)
 
 

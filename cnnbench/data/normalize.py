@@ -29,7 +29,8 @@ def normalize_uint8_nhwc(images: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray((images.astype(np.float32) * scale + shift).transpose(0, 3, 1, 2))
 
 
-def synthetic_uint8_nhwc(count: int, image_size: int, channels: int, seed: int) -> np.ndarray:
-    """Fixed-seed random pixels, uint8 (N, H, W, C)."""
+def synthetic_uint8_nhwc(count: int, image_size: int | tuple[int, int], channels: int, seed: int) -> np.ndarray:
+    """Fixed-seed random pixels, uint8 (N, H, W, C); ``image_size`` is H = W or (H, W)."""
+    height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
     rng = np.random.default_rng(seed)
-    return rng.integers(0, 256, (count, image_size, image_size, channels), dtype=np.uint8)
+    return rng.integers(0, 256, (count, height, width, channels), dtype=np.uint8)

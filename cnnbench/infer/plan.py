@@ -204,7 +204,7 @@ def _infer_run(spec: Spec, backend: str, precision: str, kind: str, info: Any, p
         warmup_steps=t.warmup_steps, windows=t.windows, window_steps=t.window_steps, seed=spec.seed,
         target_accuracy=0.0, timeout_s=spec.timeout_s, options=options, mode="infer",
         infer={"jobs": jobs, "latency_samples": spec.infer.latency_samples, "rounds": spec.infer.rounds},
-        profile_dir=profile_dir, spread_limit=t.spread_limit,
+        profile_dir=profile_dir, spread_limit=t.spread_limit, data=dataclasses.asdict(spec.data),
     )
 
 

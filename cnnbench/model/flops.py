@@ -7,11 +7,14 @@ well under 1%). Training is taken as 3x forward (backward = 2x forward).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from cnnbench.model.facts import (
     BOTTLENECK_EXPANSION,
     RESNET18_BLOCKS,
     RESNET50_BLOCKS,
     RESNET_WIDTHS,
+    image_hw,
     smallcnn_dims,
 )
 
@@ -29,20 +32,22 @@ PEAK_TFLOPS: dict[str, tuple[float, float]] = {
 }
 
 
-def _conv(size: int, cin: int, cout: int, k: int, stride: int) -> tuple[int, int]:
-    """(multiply-adds, output size) of a padded conv ('same'-style: out = ceil(size / stride))."""
-    out = (size + stride - 1) // stride
-    return out * out * cout * k * k * cin, out
+def _conv(size: tuple[int, int], cin: int, cout: int, k: int, stride: int) -> tuple[int, tuple[int, int]]:
+    """(multiply-adds, output (H, W)) of a padded conv ('same'-style: out = ceil(side / stride))."""
+    out = ((size[0] + stride - 1) // stride, (size[1] + stride - 1) // stride)
+    return out[0] * out[1] * cout * k * k * cin, out
 
 
-def forward_macs(model: str, image_size: int, channels: int, num_classes: int) -> int:
+def forward_macs(model: str, image_size: int | Sequence[int], channels: int, num_classes: int) -> int:
+    """Forward multiply-adds of one image of ``image_size`` (an int: square; or (H, W))."""
+    hw = image_hw(image_size)
     if model == "smallcnn":
-        d = smallcnn_dims(image_size, channels, num_classes)
-        m1, _ = _conv(image_size, channels, d["conv1"], 3, 1)
-        m2, _ = _conv(image_size // 2, d["conv1"], d["conv2"], 3, 1)
+        d = smallcnn_dims(hw, channels, num_classes)
+        m1, _ = _conv(hw, channels, d["conv1"], 3, 1)
+        m2, _ = _conv((hw[0] // 2, hw[1] // 2), d["conv1"], d["conv2"], 3, 1)
         return m1 + m2 + d["flat"] * d["hidden"] + d["hidden"] * num_classes
     if model == "resnet18_cifar":
-        macs, size = _conv(image_size, channels, 64, 3, 1)
+        macs, size = _conv(hw, channels, 64, 3, 1)
         cin = 64
         for stage, (blocks, width) in enumerate(zip(RESNET18_BLOCKS, RESNET_WIDTHS)):
             for block in range(blocks):
@@ -54,8 +59,8 @@ def forward_macs(model: str, image_size: int, channels: int, num_classes: int) -
                 size, cin = out, width
         return macs + cin * num_classes
     if model == "resnet50":
-        macs, size = _conv(image_size, channels, 64, 7, 2)
-        size = (size + 1) // 2  # 3x3/2 max-pool
+        macs, size = _conv(hw, channels, 64, 7, 2)
+        size = ((size[0] + 1) // 2, (size[1] + 1) // 2)  # 3x3/2 max-pool
         cin = 64
         for stage, (blocks, width) in enumerate(zip(RESNET50_BLOCKS, RESNET_WIDTHS)):
             for block in range(blocks):
@@ -71,7 +76,7 @@ def forward_macs(model: str, image_size: int, channels: int, num_classes: int) -
     raise ValueError(f"unknown model {model!r}")
 
 
-def gflops_per_image(model: str, image_size: int, channels: int, num_classes: int) -> float:
+def gflops_per_image(model: str, image_size: int | Sequence[int], channels: int, num_classes: int) -> float:
     """Forward GFLOP per image (2 FLOPs per multiply-add)."""
     return 2 * forward_macs(model, image_size, channels, num_classes) / 1e9
 

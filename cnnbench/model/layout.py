@@ -8,11 +8,14 @@ lists its weights in this order.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from cnnbench.model.facts import (
     BOTTLENECK_EXPANSION,
     RESNET18_BLOCKS,
     RESNET50_BLOCKS,
     RESNET_WIDTHS,
+    image_hw,
     smallcnn_dims,
 )
 
@@ -28,7 +31,8 @@ def _conv(name: str, cin: int, cout: int, k: int) -> list[tuple[str, Shape]]:
     return [(f"{name}.weight", (cout, cin, k, k))]
 
 
-def neutral_layout(model: str, image_size: int, channels: int, num_classes: int) -> list[tuple[str, Shape]]:
+def neutral_layout(model: str, image_size: int | Sequence[int], channels: int,
+                   num_classes: int) -> list[tuple[str, Shape]]:
     if model == "smallcnn":
         d = smallcnn_dims(image_size, channels, num_classes)
         return [("conv1.weight", (d["conv1"], channels, 3, 3)), ("conv1.bias", (d["conv1"],)),
@@ -105,9 +109,9 @@ def neutral_to_hwio(value, flatten_hwc: tuple[int, int, int] | None = None):
     return value
 
 
-def flatten_shape(model: str, layer: str, image_size: int) -> tuple[int, int, int] | None:
+def flatten_shape(model: str, layer: str, image_size: int | Sequence[int]) -> tuple[int, int, int] | None:
     """(H, W, C) of the features a dense layer reads after a flatten (smallcnn's fc1), else None."""
     if model == "smallcnn" and layer == "fc1":
-        size = image_size // 4
-        return (size, size, smallcnn_dims(image_size, 1, 1)["conv2"])
+        height, width = image_hw(image_size)
+        return (height // 4, width // 4, smallcnn_dims(image_size, 1, 1)["conv2"])
     return None

@@ -20,7 +20,7 @@ import numpy as np
 
 from backends import REGISTRY
 from cnnbench import envinfo
-from cnnbench.model.facts import REFERENCE_PARAMS
+from cnnbench.model.facts import REFERENCE_PARAMS, image_hw
 from cnnbench.model.layout import neutral_layout, trainable_count
 from cnnbench.parity.probe import ProbeResult, probe_run, random_weights, run_probe
 
@@ -118,20 +118,21 @@ def participants(backends: list[str]) -> list[tuple[str, str, str]]:
 
 
 def run_parity(models: list[str], backends: list[str], perturb: tuple[str, str] | None = None,
-               seed: int = 0) -> ParityResult:
+               seed: int = 0, image_size: tuple[int, int] | None = None) -> ParityResult:
     """All checks for the models across the backends, and the parameter counts; ``perturb=(label,
     tensor)`` changes one weight that one participant receives (the tests use it to prove a mismatch
-    is caught)."""
+    is caught); ``image_size`` replaces the models' parity sizes with one (height, width)."""
     result = ParityResult()
     checks = result.checks
     for model in models:
-        size, channels, classes, batch = PARITY_CONFIGS[model]
+        side, channels, classes, batch = PARITY_CONFIGS[model]
+        size = image_hw(image_size or side)
         real = REAL_CONFIGS[model]
         checks.append(Check(model, "layout", "layout params - reference",
                             abs(trainable_count(neutral_layout(*real)) - REFERENCE_PARAMS[real]), 0, integer=True))
         start = random_weights(model, size, channels, classes, seed)
         rng = np.random.default_rng(seed + 1)
-        x = rng.standard_normal((batch, channels, size, size)).astype(np.float32)
+        x = rng.standard_normal((batch, channels, *size)).astype(np.float32)
         y = rng.integers(0, classes, batch)
         found: dict[str, ProbeResult] = {}
         for label, backend, strategy in participants(backends):

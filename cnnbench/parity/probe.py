@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cnnbench.errors import UserError
+from cnnbench.model.facts import image_hw
 from cnnbench.model.layout import neutral_layout
 from cnnbench.run.launch import launch, run_folder
 from cnnbench.runs import Run
@@ -25,7 +26,7 @@ class ProbeResult:
     params: int
 
 
-def probe_run(backend: str, strategy: str, model: str, *, devices: int = 1, image_size: int,
+def probe_run(backend: str, strategy: str, model: str, *, devices: int = 1, image_size: int | tuple[int, int],
               channels: int, num_classes: int, global_batch: int, lr: float = 0.1,
               momentum: float = 0.0, weight_decay: float = 0.0, sync_bn: bool = False,
               precision: str = "fp32", timeout_s: float = 600.0, model_parallel: int = 1,
@@ -36,7 +37,7 @@ def probe_run(backend: str, strategy: str, model: str, *, devices: int = 1, imag
     return Run(
         run_id=uuid.uuid4().hex[:12], spec_name="probe", spec_hash="", source="<probe>",
         backend=backend, strategy=strategy, trial=0, model=model, dataset="synthetic", data_path="",
-        image_size=image_size, channels=channels, num_classes=num_classes, synthetic_size=global_batch,
+        image_size=image_hw(image_size), channels=channels, num_classes=num_classes, synthetic_size=global_batch,
         device_kind="cpu", devices=devices, hosts=1, scaling="weak",
         per_device_batch=global_batch // devices, global_batch=global_batch, precision=precision,
         compile=False, sync_bn=sync_bn, lr=lr, momentum=momentum, weight_decay=weight_decay,
@@ -46,7 +47,7 @@ def probe_run(backend: str, strategy: str, model: str, *, devices: int = 1, imag
     )
 
 
-def random_weights(model: str, image_size: int, channels: int, num_classes: int,
+def random_weights(model: str, image_size: int | tuple[int, int], channels: int, num_classes: int,
                    seed: int = 0) -> dict[str, np.ndarray]:
     """Neutral weights with realistic scales (He-like kernels, BN statistics away from 0/1)."""
     rng = np.random.default_rng(seed)

@@ -8,6 +8,7 @@ from typing import Protocol
 import numpy as np
 
 from cnnbench.data.arrays import Dataset
+from cnnbench.data.loader import InputPlan
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,8 @@ class BuildContext:
     process_index: int  # this process among all processes of the run
     process_count: int
     local_rank: int  # this process among those of its host
+    # uint8 sources (image folders, video, CIFAR-10 training images): what the input pipeline reads
+    inputs: InputPlan | None = None
 
 
 class Trainer(Protocol):
@@ -29,8 +32,12 @@ class Trainer(Protocol):
     # run_loop(protocol), calling protocol.before_step/after_step around every step.
     owns_loop: bool = False
 
-    def step(self) -> None:
-        """One global training step on the next batch; asynchronous where the framework is."""
+    def step(self, batch=None) -> None:
+        """One global training step on ``batch`` (default: the next one); asynchronous where the
+        framework is."""
+
+    # Optional: ``next_batch()`` returns the next batch ready for ``step(batch)``; the runner then
+    # times how long each step waited for its input (data_wait_* columns).
 
     def sync(self) -> None:
         """Block until every device (and, across processes, every rank) has finished its work."""

@@ -51,17 +51,17 @@ def install(trainer: object, process_index: int) -> None:
         return
     inner, target, counter = trainer.step, int(fault["step"]), [0]
 
-    def step() -> None:
+    def step(*batch) -> None:  # the runner may hand it the batch it fetched (see protocol.train)
         if fault["kind"] == "sleep":
             if counter[0] >= target:
                 time.sleep(float(fault["ms"]) / 1000.0)
             counter[0] += 1
-            inner()
+            inner(*batch)
             return
         if counter[0] == target:
             _misbehave(fault["kind"], f"injected fault at step {target} on process {process_index}")
         counter[0] += 1
-        inner()
+        inner(*batch)
 
     trainer.step = step  # type: ignore[attr-defined]
 

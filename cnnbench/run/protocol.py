@@ -10,6 +10,11 @@ Timing lives here and nowhere else. The protocol (DESIGN.md):
 Most trainers expose ``step()`` and :func:`train` drives them. A trainer that owns its loop (Keras
 ``model.fit``) instead calls :meth:`Protocol.before_step` / :meth:`Protocol.after_step` from its
 callbacks, so both paths are timed by the same code.
+
+Input wait: a trainer that also exposes ``next_batch()`` gets its batch fetched here, apart from the
+step, and the host time that call blocks is recorded for every step of the timed windows
+(``data_wait_ms_median``; ``data_wait_share`` = total wait / the windows' wall time). Throughput stays
+end to end: the windows include the waits.
 """
 
 from __future__ import annotations
@@ -38,6 +43,14 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)
     profile_path: str | None = None
     window_spans: list[tuple[float, float]] = field(default_factory=list)  # perf_counter (start, end)
+    data_wait_ms: list[float] = field(default_factory=list)  # per timed step; empty: not measured
+
+    def data_wait_summary(self) -> dict[str, float | None]:
+        if not self.data_wait_ms:
+            return {"data_wait_ms_median": None, "data_wait_share": None}
+        window_total = sum(self.window_step_ms) * (len(self.data_wait_ms) / max(len(self.window_step_ms), 1))
+        return {"data_wait_ms_median": float(np.median(self.data_wait_ms)),
+                "data_wait_share": float(sum(self.data_wait_ms) / window_total) if window_total else None}
 
     def timing_summary(self, global_batch: int, devices: int) -> dict[str, float]:
         ms = np.asarray(self.window_step_ms)
@@ -69,6 +82,7 @@ class Protocol:
         self.train_clock = 0.0  # training wall time, evaluation excluded
         self.last_loss: float | None = None
         self._window_end, self._window_t0, self._clock_t0 = -1, 0.0, 0.0
+        self.data_wait_ms: list[float] = []
         # --profile: the first timed window runs under the framework's tracer and is left out of
         # the statistics (tracing slows it down); the row names the trace.
         self.profile_dir = Path(run.profile_dir) if run.profile_dir else None
@@ -87,6 +101,11 @@ class Protocol:
                 self._trace.enter_context(self.trainer.profiler(self.profile_dir))
                 self._tracing = True
             self._window_end, self._window_t0 = self.window_ends[step], time.perf_counter()
+
+    def waited(self, step: int, seconds: float) -> None:
+        """The host time step ``step`` waited for its batch; kept for steps inside timed windows."""
+        if self._window_end > step and not self._tracing:
+            self.data_wait_ms.append(seconds * 1000.0)
 
     def after_step(self, step: int) -> None:
         if step == 0:
@@ -136,7 +155,7 @@ class Protocol:
             train_wall_s=self.train_clock, train_loss_final=self.last_loss,
             test_loss=final.get("test_loss"), test_accuracy=final.get("test_accuracy"),
             time_to_accuracy_s=self.time_to_accuracy, history=self.history,
-            profile_path=self.profiled, window_spans=self.window_spans,
+            profile_path=self.profiled, window_spans=self.window_spans, data_wait_ms=self.data_wait_ms,
         )
 
 
@@ -148,8 +167,15 @@ def train(trainer: Trainer, run: Run, log: Callable[[str], None] = print) -> Tra
         trainer.run_loop(protocol)
         return protocol.finish()
     protocol.start()
+    fetch = getattr(trainer, "next_batch", None)
     for step in range(run.total_steps):
         protocol.before_step(step)
-        trainer.step()
+        if fetch is None:
+            trainer.step()
+        else:
+            started = time.perf_counter()
+            batch = fetch()
+            protocol.waited(step, time.perf_counter() - started)
+            trainer.step(batch)
         protocol.after_step(step)
     return protocol.finish()

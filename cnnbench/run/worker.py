@@ -26,6 +26,7 @@ import numpy as np
 import backends
 from cnnbench import envinfo
 from cnnbench.data import arrays as data_sources
+from cnnbench.data.loader import InputPlan, plan_for, reads_uint8
 from cnnbench.run import faults, gpu_monitor
 from cnnbench.run.contract import BuildContext
 from cnnbench.run.protocol import train
@@ -47,6 +48,18 @@ def load_dataset(run: Run) -> data_sources.Dataset:
         return data_sources.load_cifar10_dataset(run.data_path or None)
     return data_sources.synthetic_dataset(run.synthetic_size, run.image_size, run.channels,
                                           run.num_classes, run.seed)
+
+
+def load_inputs(run: Run) -> tuple[data_sources.Dataset, InputPlan | None]:
+    """The arrays a trainer holds and, for uint8 sources, the input plan its loader reads."""
+    if not reads_uint8(run):
+        return load_dataset(run), None
+    if run.dataset == "cifar10":
+        train_u8, train_y, dataset = data_sources.load_cifar10_uint8(run.data_path or None)
+        return dataset, plan_for(run, train_u8, train_y)
+    plan = plan_for(run)
+    empty_x, empty_y = np.zeros((0, run.channels, *run.image_size), np.float32), np.zeros(0, np.int64)
+    return data_sources.Dataset(empty_x, plan.labels[plan.train_items], empty_x, empty_y, run.num_classes), plan
 
 
 def _write_json_atomic(path: Path, payload: dict) -> None:
@@ -80,6 +93,7 @@ def _train(run: Run, ctx: BuildContext, result_path: Path, is_main: bool) -> Non
     peak = trainer.peak_memory_bytes()
     payload = {
         **result.timing_summary(run.global_batch, run.devices),
+        **result.data_wait_summary(),
         "first_step_s": result.first_step_s,
         "window_step_ms": result.window_step_ms,
         "train_wall_s": result.train_wall_s,
@@ -102,7 +116,12 @@ def _infer(run: Run, result_path: Path) -> None:
     from cnnbench.data.normalize import normalize_uint8_nhwc, synthetic_uint8_nhwc
     from cnnbench.infer.measure import InferImages, run_inference
 
-    pixels = synthetic_uint8_nhwc(run.synthetic_size, run.image_size, run.channels, run.seed)
+    if run.dataset in ("image_folder", "video"):  # real frames, decoded and cropped before timing
+        from cnnbench.data.loader import host_pixels
+
+        pixels = host_pixels(run, run.synthetic_size)
+    else:
+        pixels = synthetic_uint8_nhwc(run.synthetic_size, run.image_size, run.channels, run.seed)
     images = InferImages(pixels, normalize_uint8_nhwc(pixels))
     result = run_inference(run, backends.load(run.backend).build_inference, images, _logger(run, True))
     _write_json_atomic(result_path, {**result, "python": envinfo.python_version()})
@@ -143,10 +162,11 @@ def main(argv: list[str] | None = None) -> int:
             with np.load(args.probe[0]) as saved:
                 dataset = data_sources.Dataset(saved["x"], saved["y"], saved["x"][:0], saved["y"][:0],
                                                run.num_classes)
+            inputs = None
         else:
-            dataset = load_dataset(run)
+            dataset, inputs = load_inputs(run)
         ctx = BuildContext(dataset=dataset, lr_table=lr_table_for(run), process_index=index,
-                           process_count=count, local_rank=local_rank)
+                           process_count=count, local_rank=local_rank, inputs=inputs)
         if args.probe:
             _probe(run, ctx, args.probe[0], args.probe[1], index == 0)
         else:

@@ -6,7 +6,9 @@ import datetime as dt
 from typing import Any
 
 from cnnbench import envinfo
+from cnnbench.data.catalog import INPUT_SOURCES
 from cnnbench.model import flops
+from cnnbench.model.facts import hw_text
 from cnnbench.run.launch import Outcome
 from cnnbench.runs import Run
 from cnnbench.table.schema import SCHEMA_VERSION, STATUS_SKIPPED
@@ -51,7 +53,7 @@ def base_row(run: Run) -> dict[str, Any]:
         "scaling": run.scaling,
         "model": run.model,
         "dataset": run.dataset,
-        "image_size": run.image_size,
+        "image_size": hw_text(run.image_size),
         "num_classes": run.num_classes,
         "precision": run.precision,
         "compile": run.compile,
@@ -70,6 +72,8 @@ def base_row(run: Run) -> dict[str, Any]:
         "gflops_per_image": flops.gflops_per_image(run.model, run.image_size, run.channels,
                                                    run.num_classes),
         "target_accuracy": run.target_accuracy or None,
+        "input_source": INPUT_SOURCES.get(run.dataset),
+        "loader_workers": run.data.get("workers", 0) if INPUT_SOURCES.get(run.dataset) != "synthetic" else None,
         "seed": run.seed,
         "git_sha": envinfo.git_sha(),
         "python": envinfo.python_version(),
@@ -87,7 +91,8 @@ def outcome_row(run: Run, outcome: Outcome, peak_tflops: float | None = None) ->
     for name in ("first_step_s", "step_time_ms_median", "step_time_ms_p10", "step_time_ms_p90",
                  "images_per_sec", "images_per_sec_per_device", "peak_memory_mb", "params",
                  "train_loss_final", "test_loss", "test_accuracy", "time_to_accuracy_s",
-                 "train_wall_s", "device_name", "python", "profile_path", *NVML_COLUMNS):
+                 "train_wall_s", "device_name", "python", "profile_path", "data_wait_ms_median",
+                 "data_wait_share", *NVML_COLUMNS):
         row[name] = result.get(name)
     if result.get("window_step_ms"):  # with --profile, the traced window is not among them
         row["windows"] = len(result["window_step_ms"])

@@ -41,8 +41,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("sync_bn", bool, "Batch-norm statistics synchronized across devices (else per device)."),
     Column("scaling", str, "weak (per-device batch fixed) | strong (global batch fixed)."),
     Column("model", str, "smallcnn | resnet18_cifar | resnet50."),
-    Column("dataset", str, "digits | cifar10 | synthetic."),
-    Column("image_size", int, "Input height = width, pixels."),
+    Column("dataset", str, "digits | cifar10 | synthetic | image_folder | video."),
+    Column("image_size", str, "Model input height x width, pixels, \"HxW\" (e.g. 224x224, 1080x1920); "
+                              "schema 1-2 files held one integer (square), `cnnbench upgrade` converts it."),
     Column("num_classes", int, "Output classes."),
     Column("precision", str, "fp32 | bf16 | fp16 (compute dtype; parameters stay fp32)."),
     Column("compile", bool, "torch.compile / XLA jit_compile on (JAX always jits)."),
@@ -81,6 +82,13 @@ COLUMNS: tuple[Column, ...] = (
     Column("batch_timeout_ms", float, "serve: the micro-batcher's deadline from the oldest request's arrival."),
     Column("mean_batch", float, "serve: mean size of the batches the micro-batcher flushed."),
     Column("profile_path", str, "Trace of one window written by --profile (folder or file)."),
+    Column("input_source", str, "synthetic (resident on the device) | arrays (in memory) | files (decoded "
+                                "by loader workers) | video (frames decoded from a video file)."),
+    Column("loader_workers", int, "Input loader worker processes/threads ([data] workers; 0: in the "
+                                  "training process)."),
+    Column("data_wait_ms_median", float, "Host time a timed step waited for its batch, median over the "
+                                         "timed steps, ms (measured by the runner)."),
+    Column("data_wait_share", float, "Waiting for input over the timed windows' wall time (0-1)."),
     Column("step_time_spread", float, "p90 / p10 - 1 of the per-window step times (0.4: the slow windows 40% "
                                       "slower than the fast ones); above timing.spread_limit the run is "
                                       "flagged as noisy."),
@@ -144,11 +152,25 @@ ADDED_IN_V3: tuple[str, ...] = (
     "step_time_spread", "slurm_job_id",
     "device_busy_share", "copy_share", "h2d_bytes_per_image", "sync_share", "nvml_gpu_util_pct",
     "nvml_memory_used_mb", "nvml_power_w", "loader_gpu_mb",
+    "input_source", "loader_workers", "data_wait_ms_median", "data_wait_share",
     "request_input", "requests_offered", "errors_by_status", "client_lag_ms_p99", "max_queue", "decode_workers",
 )
 
 # Every version's additions, oldest first: what `cnnbench upgrade` adds to a file of that version.
 ADDED_IN: dict[int, tuple[str, ...]] = {2: ADDED_IN_V2, 3: ADDED_IN_V3}
+
+
+def _square_image_size(row: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1-2: image_size was one integer (height = width) -> "HxW"."""
+    size = row.get("image_size")
+    if size not in (None, "") and "x" not in str(size):
+        row["image_size"] = f"{int(float(size))}x{int(float(size))}"
+    return row
+
+
+# What changes the values of a file written by a version (besides new columns), applied by
+# `cnnbench upgrade` to every row of a file older than the version named.
+CONVERTERS: dict[int, Any] = {3: _square_image_size}
 
 
 def columns_of_version(version: int) -> tuple[str, ...]:

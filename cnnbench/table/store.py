@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from cnnbench.errors import ResultsFileError
 from cnnbench.table.schema import (
-    ADDED_IN,
     COLUMN_NAMES,
+    CONVERTERS,
     SCHEMA_VERSION,
     columns_of_version,
     format_cell,
@@ -193,9 +193,10 @@ def upgrade_file(path: Path) -> int:
         rows = list(reader)
     if header == list(COLUMN_NAMES):
         return 0
-    known = {v: list(columns_of_version(v)) for v in range(1, SCHEMA_VERSION)}
-    if header not in known.values():
+    version = _older_version(header)
+    if version is None:
         raise ResultsFileError(f"{path}: not a results file of schema version 1 to {SCHEMA_VERSION}; not changed")
+    rows = _converted(rows, version)
     typed = [{**{k: parse_cell(k, v) for k, v in row.items()}, "schema_version": SCHEMA_VERSION} for row in rows]
     tmp = path.with_name(path.name + ".upgrade.tmp")
     tmp.write_bytes(_render(COLUMN_NAMES, typed, True, format_cell))
@@ -221,8 +222,10 @@ def read_results(paths: Sequence[Path | str], required: Sequence[str] = COLUMN_N
             frame = pd.read_csv(path, dtype=str, keep_default_na=False)
         except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
             raise ResultsFileError(f"{path}: not a readable CSV ({type(exc).__name__})") from None
-        later = _added_after(frame)
-        missing = [c for c in required if c not in frame.columns and c not in later]
+        version = _older_version(list(frame.columns))
+        if version is not None:  # an older schema: read as `cnnbench upgrade` would rewrite it
+            frame = _upgraded_frame(frame, version)
+        missing = [c for c in required if c not in frame.columns]
         if missing:
             if list(frame.columns) == list(HISTORY_COLUMNS):
                 raise ResultsFileError(f"{path}: a per-epoch history file, not a results file (it is read with "
@@ -230,9 +233,6 @@ def read_results(paths: Sequence[Path | str], required: Sequence[str] = COLUMN_N
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             raise ResultsFileError(f"{path}: not a cnnbench results file: missing required columns "
                                    f"{', '.join(missing[:3])}{more}")
-        for name in later:  # a file of an older row format: the columns added since are empty
-            if name not in frame.columns:
-                frame[name] = ""
         frame["source_file"] = str(path)
         frames.append(frame)
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(required))
@@ -243,12 +243,30 @@ def read_results(paths: Sequence[Path | str], required: Sequence[str] = COLUMN_N
     return frame
 
 
-def _added_after(frame: pd.DataFrame) -> set[str]:
-    """Columns that versions after the file's own (its schema_version) added."""
-    versions = {int(v) for v in frame.get("schema_version", []) if str(v).isdigit()}
-    if not versions:
-        return set()
-    return {name for version, names in ADDED_IN.items() if version > min(versions) for name in names}
+def _older_version(header: list[str]) -> int | None:
+    """The schema version (< current) whose header this is, else None."""
+    found = [v for v in range(1, SCHEMA_VERSION) if list(columns_of_version(v)) == header]
+    return found[-1] if found and header != list(COLUMN_NAMES) else None
+
+
+def _converted(rows: list[dict[str, Any]], version: int) -> list[dict[str, Any]]:
+    """Rows of a file written by ``version``, with the values whose meaning changed since converted."""
+    for converted_in, convert in sorted(CONVERTERS.items()):
+        if version < converted_in:  # the file predates this change of meaning
+            rows = [convert(dict(row)) for row in rows]
+    return rows
+
+
+def _upgraded_frame(frame: pd.DataFrame, version: int) -> pd.DataFrame:
+    import pandas as pd
+
+    rows = _converted(frame.to_dict("records"), version)
+
+    upgraded = pd.DataFrame(rows, columns=list(frame.columns), dtype=str)
+    for name in COLUMN_NAMES:
+        if name not in upgraded.columns:
+            upgraded[name] = ""
+    return upgraded[list(COLUMN_NAMES)]
 
 
 def results_path_of(history_csv: Path) -> Path:
