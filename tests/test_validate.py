@@ -17,13 +17,22 @@ EXPERIMENTS = sorted((REPO / "experiments").glob("**/*.toml"))
 
 @pytest.fixture
 def official_size_data(tmp_path, monkeypatch):
-    """CNNBENCH_DATA with CIFAR-10 files of the official sizes (sparse: no disk, no download); validate
+    """CNNBENCH_DATA with CIFAR-10 files of the official sizes (sparse: no disk, no download) and sample
+    image folders; validate
     checks that a dataset's files exist and how many images they hold, as `run` would."""
     folder = tmp_path / "data" / "cifar10"
     folder.mkdir(parents=True)
     for name in (*arrays.CIFAR10_TRAIN_FILES, arrays.CIFAR10_TEST_FILE):
         with open(folder / name, "wb") as handle:
             handle.truncate(10_000 * arrays.CIFAR10_RECORD_BYTES)
+    # the image-folder experiments: small sample folders stand in for the real ones
+    from cnnbench.data.samples import write_image_folder
+
+    for image in write_image_folder(tmp_path / "data" / "samples" / "images", 2, 2, (40, 56)):
+        # a batch of 256 and windows of 5 steps need 1,280 training images: links to the two per class
+        for copy in range(400):
+            (image.parent / f"{image.stem}-{copy}{image.suffix}").hardlink_to(image)
+    write_image_folder(tmp_path / "data" / "frames" / "images", 2, ["astronaut"], (40, 56))
     monkeypatch.setenv("CNNBENCH_DATA", str(tmp_path / "data"))
 
 
