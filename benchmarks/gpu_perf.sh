@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compiled training and inference by input on one GPU, in priority order, each step bounded by
-# `timeout` (about 8 minutes, at most 9.5 in all):
+# `timeout` (at most 9 minutes in all, 535 s of limits):
 #   A. compiled PyTorch training: the whole-step compile, then the model-only compile, each against
 #      its plain peer in the same invocation (benchmarks/gpu_compare.py);
 #   B. inference by input (resident, uint8_pinned, float32_pinned, float32_pageable), compiled bf16,
@@ -30,13 +30,13 @@ say() { echo "[gpu_perf $(date -u +%H:%M:%S)] $*"; }
 peer() {  # peer NAME SCRIPT ARGS...: one JSON line into peers.jsonl
   local name=$1 script=$2; shift 2
   local line
-  line=$(timeout "$(limit "${PEER_LIMIT:-35}")" "$py" "benchmarks/plain_peers/$script" "$@" 2>>"$log" | grep '^{' | tail -1)
+  line=$(timeout "$(limit "${PEER_LIMIT:-30}")" "$py" "benchmarks/plain_peers/$script" "$@" 2>>"$log" | grep '^{' | tail -1)
   if [ -n "$line" ]; then echo "{\"pair\": \"$name\", ${line#\{}" >>"$out/peers.jsonl"; say "$name: $line";
   else say "$name: no result (see perf_log.txt)"; fi
 }
 
 say "A. compiled training: whole step, then model only, each beside its plain peer"
-timeout "$(limit 160)" "$py" benchmarks/gpu_compare.py "$out" step,model "$rows" 2>>"$log"
+timeout "$(limit 155)" "$py" benchmarks/gpu_compare.py "$out" step,model "$rows" 2>>"$log"
 
 say "B. inference by input, compiled bf16"
 # PyTorch compiles each batch shape twice (float32 and uint8 inputs): its sweep runs as two
@@ -68,10 +68,10 @@ infer 75 torch "$(infer_spec perf_infer "${big[@]}")"
 infer 70 jax "$(infer_spec perf_infer "${small[@]}" "${big[@]}")"
 peer infer-torch-b256 torch_resnet50_infer.py "${infer_peer[@]}"
 peer infer-jax-b256 jax_resnet50_infer.py "${jax_peer[@]}"
-infer 70 torch "$(infer_spec perf_infer "${small[@]}")"
+infer 60 torch "$(infer_spec perf_infer "${small[@]}")"
 
 say "C. JAX at batch 512 and the whole step with CUDA graphs, beside their peers"
-timeout "$(limit 120)" "$py" benchmarks/gpu_compare.py "$out" jax-b512,step-cudagraphs "$rows" 2>>"$log"
+timeout "$(limit 115)" "$py" benchmarks/gpu_compare.py "$out" jax-b512,step-cudagraphs "$rows" 2>>"$log"
 
 if [ "${OPTIONS:-0}" = 1 ]; then
   say "D. DDP compile options on one process (option rows)"
