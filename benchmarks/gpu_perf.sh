@@ -4,7 +4,8 @@
 #   A. compiled PyTorch training: the whole-step compile, then the model-only compile, each against
 #      its plain peer in the same invocation (benchmarks/gpu_compare.py);
 #   B. inference by input (resident, uint8_pinned, float32_pinned, float32_pageable), compiled bf16,
-#      batches 1..512, PyTorch then JAX, and the plain compiled bf16 forwards at batch 256;
+#      batches 1, 64, 256, 512 (PyTorch's 256 and 512 first), JAX, and the plain compiled bf16
+#      forwards at batch 256;
 #   C. JAX training at batch 512 and the whole step with CUDA graphs (reduce-overhead), each beside
 #      its peer.
 #   D. (OPTIONS=1 only, ~6 more minutes) the DDP compile options on one process as option rows:
@@ -36,7 +37,7 @@ peer() {  # peer NAME SCRIPT ARGS...: one JSON line into peers.jsonl
 }
 
 say "A. compiled training: whole step, then model only, each beside its plain peer"
-timeout "$(limit 155)" "$py" benchmarks/gpu_compare.py "$out" step,model "$rows" 2>>"$log"
+timeout "$(limit 150)" "$py" benchmarks/gpu_compare.py "$out" step,model "$rows" 2>>"$log"
 
 say "B. inference by input, compiled bf16"
 # PyTorch compiles each batch shape twice (float32 and uint8 inputs): its sweep runs as two
@@ -47,7 +48,7 @@ if [ "$smoke" = 1 ]; then
   infer_peer=(--device cpu --arch tiny --image-size 16 --batch 4); jax_peer=(--image-size 32 --batch 2)
   train_peer=(--device cpu --arch tiny --image-size 16 --batch 4 --optimizer foreach)
 else
-  small=(1 16 64) big=(256 512) sizes=()
+  small=(1 64) big=(256 512) sizes=()
   infer_peer=(--batch 256); jax_peer=(--batch 256); train_peer=()
 fi
 infer_spec() {  # infer_spec NAME BATCH...: resnet50_infer.toml's sweep at these batches only
@@ -64,14 +65,14 @@ infer() {  # infer SECONDS BACKEND SPEC
   local rc=$?
   say "infer $2: exit $rc"
 }
-infer 75 torch "$(infer_spec perf_infer "${big[@]}")"
-infer 70 jax "$(infer_spec perf_infer "${small[@]}" "${big[@]}")"
+infer 90 torch "$(infer_spec perf_infer "${big[@]}")"
+infer 65 jax "$(infer_spec perf_infer "${small[@]}" "${big[@]}")"
 peer infer-torch-b256 torch_resnet50_infer.py "${infer_peer[@]}"
 peer infer-jax-b256 jax_resnet50_infer.py "${jax_peer[@]}"
 infer 60 torch "$(infer_spec perf_infer "${small[@]}")"
 
 say "C. JAX at batch 512 and the whole step with CUDA graphs, beside their peers"
-timeout "$(limit 115)" "$py" benchmarks/gpu_compare.py "$out" jax-b512,step-cudagraphs "$rows" 2>>"$log"
+timeout "$(limit 110)" "$py" benchmarks/gpu_compare.py "$out" jax-b512,step-cudagraphs "$rows" 2>>"$log"
 
 if [ "${OPTIONS:-0}" = 1 ]; then
   say "D. DDP compile options on one process (option rows)"
