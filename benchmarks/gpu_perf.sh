@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Compiled training and inference by input on one GPU, in priority order, each step bounded by
-# `timeout` (at most 9 minutes in all, 535 s of limits):
+# `timeout` (at most 9 minutes in all: the limits add up to 540 s):
 #   A. compiled PyTorch training: the whole-step compile, then the model-only compile, each against
 #      its plain peer in the same invocation (benchmarks/gpu_compare.py);
-#   B. inference by input (resident, uint8_pinned, float32_pinned, float32_pageable), compiled bf16,
-#      batches 1, 64, 256, 512 (PyTorch's 256 and 512 first), JAX, and the plain compiled bf16
-#      forwards at batch 256;
+#   B. inference by input (resident, uint8_pinned, float32_pinned, float32_pageable), compiled bf16:
+#      PyTorch at batches 256 and 512, JAX at 1, 64, 256 and 512, the plain compiled bf16 forwards
+#      at batch 256;
 #   C. JAX training at batch 512 and the whole step with CUDA graphs (reduce-overhead), each beside
-#      its peer.
-#   D. (OPTIONS=1 only, ~6 more minutes) the DDP compile options on one process as option rows:
-#      wrap_ddp_single = true with each ddp_compile mode, and the peers with --ddp.
+#      its peer;
+#   E. PyTorch's inference at batches 1 and 64 (last: the first to go if the machine is slow);
+#   D. (OPTIONS=1 only, ~6 more minutes, after E) the DDP compile options on one process as option
+#      rows: wrap_ddp_single = true with each ddp_compile mode, and the peers with --ddp.
 # Rows: OUT_DIR/h200_perf.csv; peers: OUT_DIR/peers.jsonl; worker output: OUT_DIR/perf_log.txt;
 # the summary (README tables) on stdout and in OUT_DIR/summary.md.
 # Usage: benchmarks/gpu_perf.sh OUT_DIR        SMOKE=1: tiny sizes on the CPU (checks the paths)
@@ -31,13 +32,13 @@ say() { echo "[gpu_perf $(date -u +%H:%M:%S)] $*"; }
 peer() {  # peer NAME SCRIPT ARGS...: one JSON line into peers.jsonl
   local name=$1 script=$2; shift 2
   local line
-  line=$(timeout "$(limit "${PEER_LIMIT:-30}")" "$py" "benchmarks/plain_peers/$script" "$@" 2>>"$log" | grep '^{' | tail -1)
+  line=$(timeout "$(limit "${PEER_LIMIT:-25}")" "$py" "benchmarks/plain_peers/$script" "$@" 2>>"$log" | grep '^{' | tail -1)
   if [ -n "$line" ]; then echo "{\"pair\": \"$name\", ${line#\{}" >>"$out/peers.jsonl"; say "$name: $line";
   else say "$name: no result (see perf_log.txt)"; fi
 }
 
 say "A. compiled training: whole step, then model only, each beside its plain peer"
-timeout "$(limit 150)" "$py" benchmarks/gpu_compare.py "$out" step,model "$rows" 2>>"$log"
+timeout "$(limit 160)" "$py" benchmarks/gpu_compare.py "$out" step,model "$rows" 2>>"$log"
 
 say "B. inference by input, compiled bf16"
 # PyTorch compiles each batch shape twice (float32 and uint8 inputs): its sweep runs as two
@@ -65,14 +66,16 @@ infer() {  # infer SECONDS BACKEND SPEC
   local rc=$?
   say "infer $2: exit $rc"
 }
-infer 90 torch "$(infer_spec perf_infer "${big[@]}")"
-infer 65 jax "$(infer_spec perf_infer "${small[@]}" "${big[@]}")"
-peer infer-torch-b256 torch_resnet50_infer.py "${infer_peer[@]}"
-peer infer-jax-b256 jax_resnet50_infer.py "${jax_peer[@]}"
-infer 60 torch "$(infer_spec perf_infer "${small[@]}")"
+infer 85 torch "$(infer_spec perf_infer "${big[@]}")"
+infer 80 jax "$(infer_spec perf_infer "${small[@]}" "${big[@]}")"
+PEER_LIMIT=30 peer infer-torch-b256 torch_resnet50_infer.py "${infer_peer[@]}"
+PEER_LIMIT=45 peer infer-jax-b256 jax_resnet50_infer.py "${jax_peer[@]}"
 
 say "C. JAX at batch 512 and the whole step with CUDA graphs, beside their peers"
-timeout "$(limit 110)" "$py" benchmarks/gpu_compare.py "$out" jax-b512,step-cudagraphs "$rows" 2>>"$log"
+timeout "$(limit 100)" "$py" benchmarks/gpu_compare.py "$out" jax-b512,step-cudagraphs "$rows" 2>>"$log"
+
+say "E. PyTorch's inference at the small batches (last: the first to go if the machine is slow)"
+infer 40 torch "$(infer_spec perf_infer "${small[@]}")"
 
 if [ "${OPTIONS:-0}" = 1 ]; then
   say "D. DDP compile options on one process (option rows)"
