@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Compiled training and inference by input on one GPU, in priority order, each step bounded by
-# `timeout` (about 9 minutes in all):
+# `timeout` (at most 9 minutes in all: the limits add up to 540 s):
 #   A. compiled PyTorch training: the whole-step compile, then the model-only compile, each against
 #      its plain peer in the same invocation (benchmarks/gpu_compare.py);
-#   B. inference by input (resident, uint8_pinned, float32_pinned, float32_pageable), compiled bf16,
-#      batches 1..512, PyTorch then JAX, and the plain compiled bf16 forwards at batch 256;
+#   B. inference by input (resident, uint8_pinned, float32_pinned, float32_pageable), compiled bf16:
+#      PyTorch at batches 256 and 512, JAX at 1, 64, 256 and 512, the plain compiled bf16 forwards
+#      at batch 256;
 #   C. JAX training at batch 512 and the whole step with CUDA graphs (reduce-overhead), each beside
-#      its peer.
-#   D. (OPTIONS=1 only, ~6 more minutes) the DDP compile options on one process as option rows:
-#      wrap_ddp_single = true with each ddp_compile mode, and the peers with --ddp.
+#      its peer;
+#   E. PyTorch's inference at batches 1 and 64 (last: the first to go if the machine is slow);
+#   D. (OPTIONS=1 only, ~6 more minutes, after E) the DDP compile options on one process as option
+#      rows: wrap_ddp_single = true with each ddp_compile mode, and the peers with --ddp.
 # Rows: OUT_DIR/h200_perf.csv; peers: OUT_DIR/peers.jsonl; worker output: OUT_DIR/perf_log.txt;
 # the summary (README tables) on stdout and in OUT_DIR/summary.md.
 # Usage: benchmarks/gpu_perf.sh OUT_DIR        SMOKE=1: tiny sizes on the CPU (checks the paths)
@@ -30,37 +32,50 @@ say() { echo "[gpu_perf $(date -u +%H:%M:%S)] $*"; }
 peer() {  # peer NAME SCRIPT ARGS...: one JSON line into peers.jsonl
   local name=$1 script=$2; shift 2
   local line
-  line=$(timeout "$(limit 60)" "$py" "benchmarks/plain_peers/$script" "$@" 2>>"$log" | grep '^{' | tail -1)
+  line=$(timeout "$(limit "${PEER_LIMIT:-25}")" "$py" "benchmarks/plain_peers/$script" "$@" 2>>"$log" | grep '^{' | tail -1)
   if [ -n "$line" ]; then echo "{\"pair\": \"$name\", ${line#\{}" >>"$out/peers.jsonl"; say "$name: $line";
   else say "$name: no result (see perf_log.txt)"; fi
 }
 
 say "A. compiled training: whole step, then model only, each beside its plain peer"
-timeout "$(limit 170)" "$py" benchmarks/gpu_compare.py "$out" step,model "$rows" 2>>"$log"
+timeout "$(limit 160)" "$py" benchmarks/gpu_compare.py "$out" step,model "$rows" 2>>"$log"
 
 say "B. inference by input, compiled bf16"
+# PyTorch compiles each batch shape twice (float32 and uint8 inputs): its sweep runs as two
+# invocations, the batches the ratios need first, so that a timeout loses only one group's rows.
 if [ "$smoke" = 1 ]; then
-  infer_changes=('device="cpu"' 'model="smallcnn"' 'image_size=16' 'channels=3' 'num_classes=10'
-                 'infer.batch_sizes=[1, 4]' 'timing.windows=2' 'timing.window_steps=2' 'timing.warmup_steps=1')
+  small=(1) big=(4) sizes=('device="cpu"' 'model="smallcnn"' 'image_size=16' 'channels=3' 'num_classes=10'
+                            'timing.windows=2' 'timing.window_steps=2' 'timing.warmup_steps=1')
   infer_peer=(--device cpu --arch tiny --image-size 16 --batch 4); jax_peer=(--image-size 32 --batch 2)
   train_peer=(--device cpu --arch tiny --image-size 16 --batch 4 --optimizer foreach)
 else
-  infer_changes=('infer.batch_sizes=[1, 16, 64, 256, 512]')
+  small=(1 64) big=(256 512) sizes=()
   infer_peer=(--batch 256); jax_peer=(--batch 256); train_peer=()
 fi
-"$py" benchmarks/spec_variant.py experiments/resnet50_infer.toml "$specs/perf_infer.toml" 'name="perf_infer"' \
-  'compile=true' 'precision="bf16"' \
-  'infer.input=["resident", "uint8_pinned", "float32_pinned", "float32_pageable"]' 'infer.latency_samples=10' \
-  del:infer.ablation del:serve.rates "${infer_changes[@]}"
-timeout "$(limit 110)" "$py" -m cnnbench.cli infer "$specs/perf_infer.toml" -b torch --out "$out/$rows" --no-report \
-  >>"$log" 2>&1
-timeout "$(limit 60)" "$py" -m cnnbench.cli infer "$specs/perf_infer.toml" -b jax --out "$out/$rows" --no-report \
-  >>"$log" 2>&1
-peer infer-torch-b256 torch_resnet50_infer.py "${infer_peer[@]}"
-peer infer-jax-b256 jax_resnet50_infer.py "${jax_peer[@]}"
+infer_spec() {  # infer_spec NAME BATCH...: resnet50_infer.toml's sweep at these batches only
+  local name=$1; shift
+  local list; list=$(IFS=,; echo "$*")
+  "$py" benchmarks/spec_variant.py experiments/resnet50_infer.toml "$specs/$name.toml" "name=\"$name\"" \
+    'compile=true' 'precision="bf16"' 'infer.latency_samples=10' \
+    'infer.input=["resident", "uint8_pinned", "float32_pinned", "float32_pageable"]' \
+    "infer.batch_sizes=[$list]" del:infer.ablation del:serve.rates ${sizes[@]+"${sizes[@]}"}
+  echo "$specs/$name.toml"
+}
+infer() {  # infer SECONDS BACKEND SPEC
+  timeout "$(limit "$1")" "$py" -m cnnbench.cli infer "$3" -b "$2" --out "$out/$rows" --no-report >>"$log" 2>&1
+  local rc=$?
+  say "infer $2: exit $rc"
+}
+infer 85 torch "$(infer_spec perf_infer "${big[@]}")"
+infer 80 jax "$(infer_spec perf_infer "${small[@]}" "${big[@]}")"
+PEER_LIMIT=30 peer infer-torch-b256 torch_resnet50_infer.py "${infer_peer[@]}"
+PEER_LIMIT=45 peer infer-jax-b256 jax_resnet50_infer.py "${jax_peer[@]}"
 
 say "C. JAX at batch 512 and the whole step with CUDA graphs, beside their peers"
-timeout "$(limit 150)" "$py" benchmarks/gpu_compare.py "$out" jax-b512,step-cudagraphs "$rows" 2>>"$log"
+timeout "$(limit 100)" "$py" benchmarks/gpu_compare.py "$out" jax-b512,step-cudagraphs "$rows" 2>>"$log"
+
+say "E. PyTorch's inference at the small batches (last: the first to go if the machine is slow)"
+infer 40 torch "$(infer_spec perf_infer "${small[@]}")"
 
 if [ "${OPTIONS:-0}" = 1 ]; then
   say "D. DDP compile options on one process (option rows)"
@@ -70,10 +85,11 @@ if [ "${OPTIONS:-0}" = 1 ]; then
       "torch.ddp_compile=\"$mode\"" 'timeout_s=200'
     timeout "$(limit 110)" "$py" -m cnnbench.cli run "$specs/ddp_$mode.toml" --devices 1 --out "$out/$rows" \
       --no-report >>"$log" 2>&1
-    PORT=$((29600 + RANDOM % 100)) peer "ddp-$mode" torch_resnet50.py --compile step --ddp "$mode" "${train_peer[@]}"
+    PORT=$((29600 + RANDOM % 100)) PEER_LIMIT=110 peer "ddp-$mode" torch_resnet50.py --compile step --ddp "$mode" ${train_peer[@]+"${train_peer[@]}"}
   done
 fi
 
 rm -rf "$specs"
+rm -f "$out/$rows.lock"
 "$py" benchmarks/perf_summary.py "$out" "$rows" | tee "$out/summary.md"
 exit 0

@@ -82,14 +82,17 @@ def training_table(rows: list[dict]) -> list[str]:
     lines = ["| spec | backend / strategy | batch | options | images/s | step ms | first step s | status |",
              "|---|---|---:|---|---:|---:|---:|---|"]
     for r in train:
-        options = ";".join(o for o in (r.get("backend_options") or "").split(";")
-                           if o.split("=")[0] in ("compile_mode", "compile_scope", "ddp_compile", "compiled_autograd",
-                                                  "wrap_ddp_single"))
+        options = dict(o.split("=", 1) for o in (r.get("backend_options") or "").split(";") if "=" in o)
+        shown = ["compiled"] if r["compile"].lower() == "true" else ["jit"] if r["backend"] == "jax" else []
+        if shown and r["backend"] == "torch":
+            shown += [f"{k}={options[k]}" for k in ("compile_scope", "compile_mode") if k in options]
+        if options.get("wrap_ddp_single") == "True":
+            shown += [f"{k}={options[k]}" for k in ("wrap_ddp_single", "ddp_compile", "compiled_autograd")]
         step = f"{float(r['step_time_ms_median']):.1f}" if r["status"] == "ok" else ""
         first = f"{float(r['first_step_s']):.1f}" if r["status"] == "ok" else ""
+        error = (r.get("error") or "")[:60]
         lines.append(f"| {r['spec_name']} | {r['backend']} / {r['strategy']} | {r['global_batch']} | "
-                     f"{'compiled; ' if r['compile'] == 'True' else ''}{options} | {_ips(r)} | {step} | {first} | "
-                     f"{r['status']} {(r.get('error') or '')[:60]} |")
+                     f"{'; '.join(shown)} | {_ips(r)} | {step} | {first} | {r['status']} {error} |")
     return lines
 
 

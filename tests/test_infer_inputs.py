@@ -78,3 +78,39 @@ def test_host_normalisation_maps_the_pixel_range_to_the_channel_statistics():
     np.testing.assert_allclose(out[0, :, 0, 1], (1 - mean) / std, rtol=1e-6)
     scale, shift = channel_scale_shift(1)
     assert scale.shape == shift.shape == (1,)
+
+
+PLAN_SPEC = """
+name = "inputs"
+model = "smallcnn"
+dataset = "synthetic"
+image_size = 8
+channels = 1
+num_classes = 10
+backends = ["torch", "jax", "tensorflow"]
+[infer]
+batch_sizes = [1, 4]
+input = ["resident", "uint8_pinned", "float32_pinned", "float32_pageable"]
+"""
+
+
+@pytest.mark.parametrize("device_kind", ["gpu", "cpu"], ids=["planned-for-a-gpu", "planned-for-a-cpu"])
+def test_plan_runs_every_input_a_backend_can_start_from_and_says_why_not_the_others(device_kind):
+    from cnnbench.infer.plan import expand_infer
+    from cnnbench.spec import parse_spec_text
+
+    runs, skipped = expand_infer(parse_spec_text(PLAN_SPEC, "inputs.toml"), device_kind=device_kind)
+    planned = {run.backend: [(job["variant"]["name"], job["batch"]) for job in run.infer["jobs"]] for run in runs}
+    reasons = {(run.backend, variant.name): why for run, variant, why in skipped}
+    pinned = ("uint8_pinned", "float32_pinned")
+    for backend in ("torch", "jax", "tensorflow"):
+        runnable = [s for s in ("resident", "uint8_pinned", "float32_pinned", "float32_pageable")
+                    if device_kind == "gpu" and backend != "tensorflow" or s not in pinned]
+        assert planned[backend] == [(s, b) for s in runnable for b in (1, 4)]
+        for source in set(pinned) - set(runnable):
+            assert reasons[(backend, source)], (backend, source)
+    if device_kind == "cpu":
+        assert "on CPU there is no copy" in reasons[("torch", "uint8_pinned")]
+    else:
+        assert set(reasons) == {("tensorflow", s) for s in pinned}
+        assert "no pinned-memory option" in reasons[("tensorflow", "uint8_pinned")]

@@ -159,7 +159,7 @@ class TorchTrainer:
         self._set_lr(self.lr_table[min(self.step_count, len(self.lr_table) - 1)])
         # Outside the compiled step: dynamo does not trace zero_grad (a graph break at the start).
         self.optimizer.zero_grad(set_to_none=True)
-        self.train_step(x, y)
+        self.loss_sum += self.train_step(x, y)  # stays on the device: no host sync per step
         self.loss_steps += 1
         self.step_count += 1
 
@@ -173,12 +173,15 @@ class TorchTrainer:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
 
-    def _train_step(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        """Forward, loss, backward, optimizer step: what ``compile_scope = "step"`` compiles whole.
+    def _train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Forward, loss, backward, optimizer step: what ``compile_scope = "step"`` compiles whole;
+        returns the loss.
 
         Without compiled autograd dynamo compiles it as three pieces: forward and loss (with the
         backward graph AOTAutograd derives from it), then the optimizer step, which PyTorch's
-        optimizers fence off on purpose so that the update stays in place."""
+        optimizers fence off on purpose so that the update stays in place. The loss is summed by
+        the caller: a tensor that the compiled step mutated in place, other than parameters and
+        optimizer state, would make CUDA graphs (``reduce-overhead``) skip the optimizer's graph."""
         import torch
 
         with torch.autocast(self.device.type, dtype=self.autocast_dtype,
@@ -191,7 +194,7 @@ class TorchTrainer:
         else:
             loss.backward()
             self.optimizer.step()
-        self.loss_sum += loss.detach().float()  # stays on the device: no host sync per step
+        return loss.detach().float()
 
     def sync(self) -> None:
         import torch

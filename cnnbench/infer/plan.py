@@ -152,7 +152,8 @@ def expand_infer(spec: Spec, *, backends: tuple[str, ...] | None = None, device_
                                  "batch": infer.ablation_batch})
             if index == 0:  # the in-process batcher copies float32 requests from pageable memory
                 jobs += serve_jobs(spec, pageable)
-            runs.append(run)
+            if jobs:  # every input skipped (e.g. only pinned ones on a CPU): nothing to launch
+                runs.append(run)
     return runs, skipped
 
 
