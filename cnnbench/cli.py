@@ -66,7 +66,9 @@ _METAVARS = {str: "TEXT", int: "INTEGER", float: "FLOAT", bool: "BOOLEAN"}
 def _metavar(param: Any) -> str:
     if param.param_type_name == "argument":
         return param.name.upper()
-    described = param.type_descriptor
+    described = getattr(param, "type_descriptor", None)
+    if described is None:  # a typer without the descriptor (older or newer than the pinned one): click's own
+        return param.type.name.upper()
     if described.is_choice:
         return "[" + "|".join(map(str, described.choices)) + "]"
     if described.is_path:

@@ -84,3 +84,14 @@ def test_backend_option_says_how_to_give_several(name):
     assert "-b, --backend TEXT" in text
     assert "comma-separated" in text and "repeated" in text and "leaves out" in text
     assert "folder is created" in text  # --out: a missing parent folder is made, the rest checked first
+
+
+def test_placeholders_fall_back_to_click_where_typer_has_no_type_descriptor():
+    """Another typer release (the GPU machine's, say) may lack the descriptor the help reads."""
+    import click
+
+    from cnnbench.cli import _metavar
+
+    option = click.Option(["--rate"], type=float)
+    assert not hasattr(option, "type_descriptor")
+    assert _metavar(option) == "FLOAT"

@@ -51,3 +51,11 @@ def test_core_and_backend_faces_import_no_framework_at_module_level() -> None:
 def test_framework_check_sees_a_module_level_import() -> None:
     text = "import numpy\ntry:\n    import torch\nexcept ImportError:\n    pass\n\ndef f():\n    import jax\n"
     assert module_level_framework_imports(text) == ["torch"]
+
+
+def test_workers_start_in_the_repository_root():
+    """`python -m cnnbench.run.worker` must find the package where it is not installed (a checkout run as
+    `python3 -m cnnbench.cli` on another machine): the launcher starts workers in the repository root."""
+    from cnnbench.run import launch
+
+    assert (launch.REPO_ROOT / "cnnbench" / "run" / "worker.py").is_file()

@@ -27,6 +27,10 @@ from pathlib import Path
 import backends
 from cnnbench.runs import Run
 
+# Workers start here, so that `python -m cnnbench.run.worker` finds the package also where it is not
+# installed (a checkout copied to a GPU machine and run as `python3 -m cnnbench.cli`).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
 KILL_GRACE_S = 5.0
 LOG_TAIL_LINES = 60
 
@@ -199,7 +203,7 @@ def launch(run: Run, *, verbose: bool = False, probe: tuple[Path, Path] | None =
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, text=True, start_new_session=True,
-                                cwd=Path(__file__).resolve().parent.parent)
+                                cwd=REPO_ROOT)
         reader = threading.Thread(target=_pump, args=(proc.stdout, tail, verbose), daemon=True)
         reader.start()
         timed_out = False
