@@ -166,6 +166,7 @@ def test_infer_sweeps_batches_of_video_frames(tmp_path, samples):
         device = "cpu"
         [infer]
         batch_sizes = [1, 4]
+        input = "float32_pageable"
         latency_samples = 2
         [timing]
         warmup_steps = 0

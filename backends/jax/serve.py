@@ -28,7 +28,7 @@ class JaxServeEngine:
     def __init__(self, run: Run, variant: Variant, top_k: int, pad_multiple: int) -> None:
         self.base = JaxInference(run, variant)  # the variables and jitted forward of `infer`
         self.device = self.base.device
-        self.image_shape = (run.image_size, run.image_size, run.channels)
+        self.image_shape = (*run.image_size, run.channels)
         self.top_k, self.pad_multiple = min(top_k, run.num_classes), max(pad_multiple, 1)
         scale, shift = scale_and_shift(run.channels)  # broadcast over NHWC
         forward, k = self.base.forward, self.top_k

@@ -26,7 +26,7 @@ class TorchServeEngine:
     def __init__(self, run: Run, variant: Variant, top_k: int, pad_multiple: int) -> None:
         self.base = TorchInference(run, variant)  # the model, device, autocast and memory format of `infer`
         self.device, self.on_gpu = self.base.device, self.base.on_gpu
-        self.image_shape = (run.image_size, run.image_size, run.channels)
+        self.image_shape = (*run.image_size, run.channels)
         self.top_k, self.pad_multiple = min(top_k, run.num_classes), max(pad_multiple, 1)
         scale, shift = scale_and_shift(run.channels)  # broadcast over NCHW
         self.scale = torch.from_numpy(scale).to(self.device).view(1, -1, 1, 1)

@@ -344,7 +344,7 @@ def serve_spec(spec: Any, backend: str | None, device_kind: str | None, override
     # the GPUs, JAX gets its platform.
     for key, value in module.launch_layout(run).env.items():
         os.environ.setdefault(key, value)
-    info = {"config": dataclasses.asdict(config), "image_shape": [run.image_size, run.image_size, run.channels],
+    info = {"config": dataclasses.asdict(config), "image_shape": [*run.image_size, run.channels],
             "row": serve_http_row(run, variant, dataclasses.asdict(config))}
     service = InferenceService(config, lambda: module.build_serve_engine(run, variant, config.top_k,
                                                                          config.pad_multiple),
