@@ -19,13 +19,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import cv2
+import httpx
 import numpy as np
 import pytest
 from conftest import REPO, run_cli, write_spec
-
-httpx = pytest.importorskip("httpx")
-cv2 = pytest.importorskip("cv2")
-from numpy_serve_engine import SHAPE, expected_answer  # noqa: E402
+from numpy_serve_engine import SHAPE, expected_answer
 
 MODEL_SHAPE = (16, 16, 3)
 TINY_SERVE = """
