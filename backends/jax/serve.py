@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from backends.jax.infer import JaxInference
+from cnnbench.data.normalize import channel_scale_shift
 from cnnbench.infer.batcher import padded_size
-from cnnbench.infer.images import scale_and_shift
 from cnnbench.infer.plan import Variant
 from cnnbench.runs import Run
 
@@ -30,7 +30,7 @@ class JaxServeEngine:
         self.device = self.base.device
         self.image_shape = (*run.image_size, run.channels)
         self.top_k, self.pad_multiple = min(top_k, run.num_classes), max(pad_multiple, 1)
-        scale, shift = scale_and_shift(run.channels)  # broadcast over NHWC
+        scale, shift = channel_scale_shift(run.channels)  # broadcast over NHWC
         forward, k = self.base.forward, self.top_k
 
         def top_k(variables, images):

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from backends.torch.infer import TorchInference
+from cnnbench.data.normalize import channel_scale_shift
 from cnnbench.infer.batcher import padded_size
-from cnnbench.infer.images import scale_and_shift
 from cnnbench.infer.plan import Variant
 from cnnbench.runs import Run
 
@@ -28,7 +28,7 @@ class TorchServeEngine:
         self.device, self.on_gpu = self.base.device, self.base.on_gpu
         self.image_shape = (*run.image_size, run.channels)
         self.top_k, self.pad_multiple = min(top_k, run.num_classes), max(pad_multiple, 1)
-        scale, shift = scale_and_shift(run.channels)  # broadcast over NCHW
+        scale, shift = channel_scale_shift(run.channels)  # broadcast over NCHW
         self.scale = torch.from_numpy(scale).to(self.device).view(1, -1, 1, 1)
         self.shift = torch.from_numpy(shift).to(self.device).view(1, -1, 1, 1)
         self.copy_stream = torch.cuda.Stream(self.device) if self.on_gpu else None

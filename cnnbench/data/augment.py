@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cnnbench.data.normalize import IMAGENET_MEAN, IMAGENET_STD  # noqa: F401 - prepare()'s defaults
+
 KINDS = ("random_resized_crop", "pad_crop", "center", "none")
 
 RRC_SCALE = (0.08, 1.0)
@@ -43,9 +45,7 @@ PAD = 4  # CIFAR's standard padding for pad_crop
 CENTER_FRACTION = 0.875  # 224 / 256
 FLIP_PROBABILITY = 0.5
 
-# ImageNet channel statistics on the 0..1 scale (torchvision's values), the usual mean/std for prepare().
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+# ImageNet's channel statistics (defined once, in normalize.py) are prepare()'s default mean/std.
 
 # Stream numbers: each uniform a sample needs has its own, so adding one never shifts the others.
 _STREAM_SCALE, _STREAM_RATIO, _STREAM_Y, _STREAM_X = 0, RRC_TRIES, 2 * RRC_TRIES, 3 * RRC_TRIES

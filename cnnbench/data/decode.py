@@ -72,6 +72,9 @@ def _check_complete(data: bytes, fmt: str, source: str) -> None:
     if fmt == "JPEG":
         sos = data.rfind(JPEG_SOS)
         if sos < 0:
+            # a file cut off inside its headers has no end either: that is truncation, not corruption
+            if data.rfind(JPEG_EOI) < 0:
+                raise DataError(f"{source}: truncated JPEG (ends before the image data, {len(data)} bytes)")
             raise DataError(f"{source}: corrupt JPEG (no start-of-scan marker)")
         if data.rfind(JPEG_EOI) < sos:
             raise DataError(f"{source}: truncated JPEG (no end-of-image marker after the image data, "
