@@ -44,7 +44,7 @@ step() {
 # A spec from an experiment file with the sizes of this mode (the GPU mode keeps the file's own).
 variant() {  # variant SRC DEST SED_EXPRESSIONS...
   local src=$1 dest=$2; shift 2
-  local args=()
+  local args=(-e "")  # never empty: with no -e, sed would read the file name as its script
   for e in "$@"; do args+=(-e "$e"); done
   if [[ ${SMOKE:-0} == 1 ]]; then
     args+=(-e "s/^image_size = .*/image_size = $image/" -e "s/^per_device_batch = .*/per_device_batch = $train_batch/"

@@ -14,7 +14,10 @@ the returned path.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -73,8 +76,8 @@ def random_view(image: np.ndarray, size_hw: tuple[int, int], rng: np.random.Gene
     resized = cv2.resize(np.ascontiguousarray(crop), (out_w, out_h),
                          interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC)
     gain = rng.uniform(0.85, 1.15)
-    noise = rng.normal(0.0, NOISE_STD, resized.shape)
-    return np.clip(resized * gain + noise, 0, 255).astype(np.uint8)
+    noise = rng.standard_normal(resized.shape, dtype=np.float32) * NOISE_STD  # float32: half the work of float64
+    return np.clip(resized * np.float32(gain) + noise, 0, 255).astype(np.uint8)
 
 
 def _write_jpeg(path: Path, image: np.ndarray) -> None:
@@ -86,26 +89,41 @@ def _write_jpeg(path: Path, image: np.ndarray) -> None:
     path.write_bytes(buffer.tobytes())
 
 
+def _write_class(folder: Path, name: str, n_per_class: int, size_hw: tuple[int, int],
+                 seed: np.random.SeedSequence) -> list[Path]:
+    source = photo(name)
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k in range(n_per_class):
+        path = folder / f"{k:04d}.jpg"
+        _write_jpeg(path, random_view(source, size_hw, rng))
+        paths.append(path)
+    return paths
+
+
 def write_image_folder(root: Path, n_per_class: int, classes: int | Sequence[str], size_hw: tuple[int, int],
                        seed: int = 0) -> list[Path]:
-    """Write ``root/CLASS/NNNN.jpg`` (``n_per_class`` each, all ``size_hw``); returns the files in order."""
+    """Write ``root/CLASS/NNNN.jpg`` (``n_per_class`` each, all ``size_hw``); returns the files in order.
+
+    Classes are written in parallel processes, each from its own seed spawned from ``seed``, so the
+    files do not depend on the number of processes (thousands of 375x500 JPEGs took over 30 s serially).
+    """
     if n_per_class < 1:
         raise DataError(f"samples: images per class must be at least 1, got {n_per_class}")
     size_hw = (int(size_hw[0]), int(size_hw[1]))
     if min(size_hw) < 1:
         raise DataError(f"samples: image size must be positive, got {size_hw[0]}x{size_hw[1]}")
     root = Path(root)
-    rng = np.random.default_rng(seed)
-    paths = []
-    for name in _class_names(classes):
-        source = photo(name)
-        folder = root / name
-        folder.mkdir(parents=True, exist_ok=True)
-        for k in range(n_per_class):
-            path = folder / f"{k:04d}.jpg"
-            _write_jpeg(path, random_view(source, size_hw, rng))
-            paths.append(path)
-    return paths
+    names = _class_names(classes)
+    seeds = np.random.SeedSequence(seed).spawn(len(names))
+    jobs = [(root / name, name, n_per_class, size_hw, child) for name, child in zip(names, seeds)]
+    processes = min(len(jobs), os.cpu_count() or 1)
+    if processes == 1 or len(jobs) * n_per_class < 64:  # small folders (tests): no pool to start
+        return [path for job in jobs for path in _write_class(*job)]
+    # spawn, not fork: the caller may hold threads (a framework's) that a forked child would inherit locked.
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return [path for written in pool.map(_write_class, *zip(*jobs)) for path in written]
 
 
 def video_frames(frames: int, size_hw: tuple[int, int], name: str = "astronaut") -> Iterator[np.ndarray]:
