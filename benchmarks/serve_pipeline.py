@@ -83,7 +83,7 @@ def _decode_rates(shape: tuple[int, int, int], source: tuple[int, int], workers:
     def decode_for(seconds: float) -> int:
         done, end = 0, time.perf_counter() + seconds
         while time.perf_counter() < end:
-            decode_image(bodies[done % len(bodies)], shape[0], shape[2])
+            decode_image(bodies[done % len(bodies)], shape[:2], shape[2])
             done += 1
         return done
 

@@ -15,8 +15,8 @@ class BadInput(ValueError):
     """A request body that cannot become an input image; the message is one line for the client."""
 
 
-def decode_image(data: bytes, size: int, channels: int) -> np.ndarray:
-    """JPEG/PNG bytes -> uint8 (size, size, channels), RGB order, resized to the model's size. Decoded
+def decode_image(data: bytes, size_hw: tuple[int, int], channels: int) -> np.ndarray:
+    """JPEG/PNG bytes -> uint8 (H, W, channels), RGB order, resized to the model's (H, W). Decoded
     by the suite's one image decoder (cnnbench.data.decode: truncated and corrupt files refused)."""
     import cv2
 
@@ -29,9 +29,10 @@ def decode_image(data: bytes, size: int, channels: int) -> np.ndarray:
         image = decode.decode_image(data, "body")
     except DataError as exc:
         raise BadInput(f"cannot decode the body as an image: {exc}") from None
-    if image.shape[:2] != (size, size):
-        shrinking = image.shape[0] > size or image.shape[1] > size
-        image = cv2.resize(image, (size, size), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
+    height, width = size_hw
+    if image.shape[:2] != (height, width):
+        shrinking = image.shape[0] > height or image.shape[1] > width
+        image = cv2.resize(image, (width, height), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
     if channels == 1:
         return cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)[:, :, None]
     return image

@@ -193,8 +193,8 @@ class InferenceService:
         shape = headers.get("x-tensor-shape")
         if shape is not None:
             return raw_tensor(body, shape, headers.get("x-tensor-dtype", "uint8"), self.engine.image_shape)
-        size, _, channels = self.engine.image_shape
-        return decode_image(body, size, channels)
+        height, width, channels = self.engine.image_shape
+        return decode_image(body, (height, width), channels)
 
     def _decode_and_submit(self, body: bytes, headers: Any) -> Future:
         return self.batcher.submit(self._image(body, headers))
