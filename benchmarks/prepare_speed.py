@@ -23,7 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cnnbench.data.augment import IMAGENET_MEAN, IMAGENET_STD, crop_draws  # noqa: E402
+from cnnbench.data.augment import crop_draws  # noqa: E402
+from cnnbench.data.normalize import IMAGENET_MEAN, IMAGENET_STD  # noqa: E402
 
 
 def cases(smoke: bool) -> list[dict]:

@@ -14,7 +14,8 @@ import pytest
 from conftest import REPO
 from transforms_probe import cases
 
-from cnnbench.data.augment import IMAGENET_MEAN, IMAGENET_STD, reference_prepare
+from cnnbench.data.augment import reference_prepare
+from cnnbench.data.normalize import IMAGENET_MEAN, IMAGENET_STD
 
 FRAMEWORKS = ("torch", "jax", "tensorflow")
 # float32 source coordinates differ by one ulp where a framework fuses a multiply-add (XLA does, eager

@@ -14,7 +14,8 @@ import sys
 
 import numpy as np
 
-from cnnbench.data.augment import IMAGENET_MEAN, IMAGENET_STD, crop_draws
+from cnnbench.data.augment import crop_draws
+from cnnbench.data.normalize import IMAGENET_MEAN, IMAGENET_STD
 
 
 def photo_batch(n: int, size_hw: tuple[int, int]) -> np.ndarray:

@@ -17,7 +17,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from cnnbench.data.augment import IMAGENET_MEAN, IMAGENET_STD, dtype_name, resolve_prepare_args
+from cnnbench.data.augment import dtype_name, resolve_prepare_args
+from cnnbench.data.normalize import IMAGENET_MEAN, IMAGENET_STD
 
 
 def _axis_taps(start, length, out: int, size: int, flips):

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from cnnbench.data.augment import IMAGENET_MEAN, IMAGENET_STD, dtype_name, resolve_prepare_args
+from cnnbench.data.augment import dtype_name, resolve_prepare_args
+from cnnbench.data.normalize import IMAGENET_MEAN, IMAGENET_STD
 
 
 def _axis_taps(start, length, out: int, size: int, flips):

@@ -17,7 +17,8 @@ from functools import lru_cache
 
 import torch
 
-from cnnbench.data.augment import IMAGENET_MEAN, IMAGENET_STD, dtype_name, resolve_prepare_args
+from cnnbench.data.augment import dtype_name, resolve_prepare_args
+from cnnbench.data.normalize import IMAGENET_MEAN, IMAGENET_STD
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

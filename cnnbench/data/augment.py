@@ -34,8 +34,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cnnbench.data.normalize import IMAGENET_MEAN, IMAGENET_STD  # noqa: F401 - prepare()'s defaults
-
 KINDS = ("random_resized_crop", "pad_crop", "center", "none")
 
 RRC_SCALE = (0.08, 1.0)
@@ -44,8 +42,6 @@ RRC_TRIES = 10
 PAD = 4  # CIFAR's standard padding for pad_crop
 CENTER_FRACTION = 0.875  # 224 / 256
 FLIP_PROBABILITY = 0.5
-
-# ImageNet's channel statistics (defined once, in normalize.py) are prepare()'s default mean/std.
 
 # Stream numbers: each uniform a sample needs has its own, so adding one never shifts the others.
 _STREAM_SCALE, _STREAM_RATIO, _STREAM_Y, _STREAM_X = 0, RRC_TRIES, 2 * RRC_TRIES, 3 * RRC_TRIES

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from cnnbench.data import files
-from cnnbench.data.augment import IMAGENET_MEAN, IMAGENET_STD, crop_draws
+from cnnbench.data.augment import crop_draws
+from cnnbench.data.normalize import IMAGENET_MEAN, IMAGENET_STD
 from cnnbench.errors import DataError
 
 UINT8_DATASETS = ("cifar10", "image_folder", "video")  # batches cross as uint8, prepared on the device
