@@ -87,6 +87,12 @@ def test_hang_is_killed_at_timeout(tmp_path):
     assert done.returncode == 1 and elapsed < 25 + 15
     (row,) = _assert_clean_csv(out, 1)
     assert row["status"] == "failed" and "timed out after 25 s" in row["error"]
+    assert "the workers' stacks are printed above" in row["error"]
+    # both ranks said where they were: rank 1 in the injected hang, rank 0 waiting for it
+    assert "--- rank1: Python stacks at the timeout ---" in done.stderr
+    assert "--- rank0: Python stacks at the timeout ---" in done.stderr
+    rank1 = done.stderr.split("--- rank1:")[1]
+    assert "_misbehave" in rank1.split("--- rank")[0]
     assert not _workers()
 
 

@@ -35,3 +35,19 @@ def pinned(tensor):
         from cnnbench.run.host_memory import pinning_error
 
         raise PinnedMemoryError(pinning_error(tensor.nbytes, exc)) from exc
+
+
+def shut_down_loader(loader) -> None:
+    """Stop a DataLoader's persistent workers now, while the interpreter is fully alive.
+
+    Left to interpreter exit, a loader with both persistent_workers and pin_memory waits 5 s per
+    worker to join (pytorch/pytorch#81794): 14 workers held a finished GPU run for 70 s. There is no
+    public call for this; PyTorch Lightning shuts loaders down the same way.
+    """
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    iterator = getattr(loader, "_iterator", None)
+    if isinstance(iterator, _MultiProcessingDataLoaderIter):
+        iterator._shutdown_workers()
+    if hasattr(loader, "_iterator"):
+        loader._iterator = None

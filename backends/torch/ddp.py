@@ -296,6 +296,13 @@ class TorchTrainer:
     def close(self) -> None:
         import torch.distributed as dist
 
+        from backends.torch.common import shut_down_loader
+
+        if self.input is not None:
+            self.input.close()
+        if getattr(self, "loader", None) is not None:
+            shut_down_loader(self.loader)
+            self.batches = iter(())  # a non-persistent iterator shuts its workers down as it goes
         if dist.is_initialized():
             # Every rank reaches the teardown before any closes its connections: a gloo peer that
             # still reads when the other side hangs up aborts its process (SIGABRT), failing the run.

@@ -193,6 +193,13 @@ class TorchInput:
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self._to_device(next(self._batches), train=True)
 
+    def close(self) -> None:
+        """Stop the persistent workers (see :func:`backends.torch.common.shut_down_loader`)."""
+        from backends.torch.common import shut_down_loader
+
+        self._batches.close()
+        shut_down_loader(self.loader)
+
     def eval_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The test split of this rank, center-cropped (no workers kept alive for it)."""
         if not len(self.eval_items):

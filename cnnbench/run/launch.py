@@ -33,6 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 KILL_GRACE_S = 5.0
 LOG_TAIL_LINES = 60
+STACKS_SUFFIX = ".stacks"  # a worker's Python stacks, written on SIGUSR1 (cnnbench.run.worker)
+STACKS_WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,43 @@ def _kill_tree(proc: subprocess.Popen) -> None:
             break
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=KILL_GRACE_S)
+
+
+def _dump_worker_stacks(proc: subprocess.Popen, workdir: Path) -> str:
+    """Ask every worker of a run that timed out for its stacks; the text, one header per rank.
+
+    Only the worker processes themselves are signalled: their DataLoader children are forks with the
+    same command line, whose stacks say nothing, and torchrun would take SIGUSR1 as a kill.
+    """
+    import psutil
+
+    try:
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return ""
+    def is_worker(process) -> bool:  # torchrun's command line names the worker module too
+        command = process.cmdline()
+        return "cnnbench.run.worker" in command and "torch.distributed.run" not in command
+
+    pids = set()
+    for member in tree:
+        with contextlib.suppress(psutil.Error):
+            parent = member.parent()
+            if is_worker(member) and not (parent and is_worker(parent)):
+                pids.add(member.pid)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGUSR1)
+    if not pids:
+        return ""
+    time.sleep(STACKS_WAIT_S)  # faulthandler writes from the signal handler, at once
+    parts = []
+    for path in sorted(workdir.glob(f"*{STACKS_SUFFIX}")):
+        text = path.read_text(errors="replace").strip()
+        if text:
+            rank = path.name.removesuffix(STACKS_SUFFIX).rsplit(".", 1)[-1]
+            parts.append(f"--- {rank}: Python stacks at the timeout ---\n{text}")
+    return "\n".join(parts)
 
 
 def _pump(stream, tail: deque, echo: bool) -> None:
@@ -211,6 +250,7 @@ def launch(run: Run, *, verbose: bool = False, probe: tuple[Path, Path] | None =
             proc.wait(timeout=run.timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
+            stacks = _dump_worker_stacks(proc, workdir)
             _kill_tree(proc)
         except BaseException:  # Ctrl-C or SIGTERM in the launcher: take the workers down too
             _kill_tree(proc)
@@ -222,6 +262,9 @@ def launch(run: Run, *, verbose: bool = False, probe: tuple[Path, Path] | None =
         wall = time.perf_counter() - start
         if timed_out:
             error = f"timed out after {run.timeout_s:g} s (timeout_s); process tree killed"
+            if stacks:  # where it hung: printed whole, the row keeps the one-line error
+                sys.stderr.write(stacks + "\n")
+                error += "; the workers' stacks are printed above"
             return Outcome("failed", error=error, wall_s=wall, log_tail=list(tail))
         # Only global rank 0 (on host 0) writes a result; other hosts succeed by exiting cleanly.
         if proc.returncode == 0 and (probe or result_json.exists() or run.host_rank != 0):

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -29,6 +31,7 @@ from cnnbench.data import arrays as data_sources
 from cnnbench.data.loader import InputPlan, plan_for, reads_uint8
 from cnnbench.run import faults, gpu_monitor
 from cnnbench.run.contract import BuildContext
+from cnnbench.run.launch import STACKS_SUFFIX
 from cnnbench.run.protocol import train
 from cnnbench.run.schedule import lr_table_for
 from cnnbench.runs import Run
@@ -146,6 +149,17 @@ def _probe(run: Run, ctx: BuildContext, probe_in: Path, probe_out: Path, is_main
                  names=np.array(list(after)), **shapes)
 
 
+def _dump_stacks_on_request(path: Path) -> None:
+    """On SIGUSR1 (sent by the launcher at a timeout) every thread's Python stack goes to ``path``:
+    a run that hangs then says where. The file stays open for the process's life, as faulthandler needs."""
+    global _stacks_file
+    _stacks_file = open(path, "w")  # noqa: SIM115 - must outlive this call
+    faulthandler.register(signal.SIGUSR1, file=_stacks_file, all_threads=True)
+
+
+_stacks_file = None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cnnbench.run.worker")
     parser.add_argument("run_json", type=Path)
@@ -154,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = Run.from_json(args.run_json.read_text())
     index, count, local_rank = _process_position(run)
+    _dump_stacks_on_request(args.result_json.with_name(f"{args.result_json.name}.rank{index}{STACKS_SUFFIX}"))
     try:
         if run.mode == "infer":
             _infer(run, args.result_json)
