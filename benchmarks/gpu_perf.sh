@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Compiled training and inference by input on one GPU, in priority order, each step bounded by
-# `timeout` (at most 9 minutes in all: the limits add up to 540 s):
+# `timeout` (the limits add up to about 15 minutes: each compiled PyTorch training run spends ~65 s
+# compiling on an H200, a pair ~130 s; ONLY="A B C E" picks the sections, PAIRS the A pairs, so that
+# the whole set fits in calls of 10 minutes):
 #   A. compiled PyTorch training: the whole-step compile, then the model-only compile, each against
 #      its plain peer in the same invocation (benchmarks/gpu_compare.py);
 #   B. inference by input (resident, uint8_pinned, float32_pinned, float32_pageable), compiled bf16:
@@ -37,10 +39,14 @@ peer() {  # peer NAME SCRIPT ARGS...: one JSON line into peers.jsonl
   else say "$name: no result (see perf_log.txt)"; fi
 }
 
-say "A. compiled training: whole step, then model only, each beside its plain peer"
-timeout "$(limit 160)" "$py" benchmarks/gpu_compare.py "$out" step,model "$rows" 2>>"$log"
+only=${ONLY:-A B C E}
+section() { [[ " $only " == *" $1 "* ]]; }
 
-say "B. inference by input, compiled bf16"
+if section A; then
+  say "A. compiled training: whole step, then model only, each beside its plain peer"
+  timeout "$(limit 300)" "$py" benchmarks/gpu_compare.py "$out" "${PAIRS:-step,model}" "$rows" 2>>"$log"
+fi
+
 # PyTorch compiles each batch shape twice (float32 and uint8 inputs): its sweep runs as two
 # invocations, the batches the ratios need first, so that a timeout loses only one group's rows.
 if [ "$smoke" = 1 ]; then
@@ -66,18 +72,25 @@ infer() {  # infer SECONDS BACKEND SPEC
   local rc=$?
   say "infer $2: exit $rc"
 }
-infer 85 torch "$(infer_spec perf_infer "${big[@]}")"
-infer 80 jax "$(infer_spec perf_infer "${small[@]}" "${big[@]}")"
-PEER_LIMIT=30 peer infer-torch-b256 torch_resnet50_infer.py "${infer_peer[@]}"
-PEER_LIMIT=45 peer infer-jax-b256 jax_resnet50_infer.py "${jax_peer[@]}"
+if section B; then
+  say "B. inference by input, compiled bf16"
+  infer 85 torch "$(infer_spec perf_infer "${big[@]}")"
+  infer 80 jax "$(infer_spec perf_infer "${small[@]}" "${big[@]}")"
+  PEER_LIMIT=30 peer infer-torch-b256 torch_resnet50_infer.py "${infer_peer[@]}"
+  PEER_LIMIT=45 peer infer-jax-b256 jax_resnet50_infer.py "${jax_peer[@]}"
+fi
 
-say "C. JAX at batch 512 and the whole step with CUDA graphs, beside their peers"
-timeout "$(limit 100)" "$py" benchmarks/gpu_compare.py "$out" jax-b512,step-cudagraphs "$rows" 2>>"$log"
+if section C; then
+  say "C. JAX at batch 512 and the whole step with CUDA graphs, beside their peers"
+  timeout "$(limit 240)" "$py" benchmarks/gpu_compare.py "$out" jax-b512,step-cudagraphs "$rows" 2>>"$log"
+fi
 
-say "E. PyTorch's inference at the small batches (last: the first to go if the machine is slow)"
-infer 40 torch "$(infer_spec perf_infer "${small[@]}")"
+if section E; then
+  say "E. PyTorch's inference at the small batches (last: the first to go if the machine is slow)"
+  infer 150 torch "$(infer_spec perf_infer "${small[@]}")"
+fi
 
-if [ "${OPTIONS:-0}" = 1 ]; then
+if [ "${OPTIONS:-0}" = 1 ] || section D; then
   say "D. DDP compile options on one process (option rows)"
   for mode in ddp_optimizer no_optimization python_reducer; do
     "$py" benchmarks/spec_variant.py experiments/resnet50_synthetic.toml "$specs/ddp_$mode.toml" \

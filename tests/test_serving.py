@@ -146,3 +146,20 @@ def test_pipelined_batcher_refuses_past_max_queue_and_close_answers_everything_a
 def test_padded_batch_sizes():
     assert [padded_size(n, 8, 32) for n in (1, 8, 9, 31, 32)] == [8, 8, 16, 32, 32]
     assert batch_shapes(32, 8) == [8, 16, 24, 32] and batch_shapes(5, 1) == [1, 2, 3, 4, 5]
+
+
+def test_cuda_graphs_are_a_torch_gpu_serving_option_stamped_on_its_rows(tmp_path):
+    from conftest import REPO, write_spec
+
+    from cnnbench.infer.plan import serve_run
+    from cnnbench.spec import load_spec
+
+    spec = load_spec(REPO / "experiments" / "resnet50_serve.toml")
+    assert serve_run(spec, "torch", "gpu")[1].cuda_graphs  # on by default on a GPU
+    for backend, kind in (("torch", "cpu"), ("jax", "gpu")):  # no CUDA graph to capture
+        variant = serve_run(spec, backend, kind)[1]
+        assert not variant.cuda_graphs and "cuda_graphs" not in variant.options_text()
+    text = (REPO / "experiments" / "resnet50_serve.toml").read_text()
+    off = load_spec(write_spec(tmp_path, text.replace("channels_last = true", "channels_last = true\n"
+                                                      "serve_cuda_graphs = false")))
+    assert not serve_run(off, "torch", "gpu")[1].cuda_graphs

@@ -6,6 +6,14 @@ page-locked memory) and an event; on the compute stream, a wait for that event, 
 NCHW (a permuted view: channels_last strides, no copy), scale and shift, the forward pass, softmax,
 top-k, the (small) top-k copied back into pinned memory, and a done event. The copy of batch n+1 thus
 runs while batch n computes. On a CPU the buffers are plain memory and the same calls run in order.
+
+With ``variant.cuda_graphs`` (``[torch] serve_cuda_graphs``, on by default on a GPU) the compute half of
+a launch is one CUDA graph replay per padded batch shape, captured at the shape's first launch (the
+server's warm-up): the eager forward costs milliseconds of Python per batch, held under the GIL that
+the event loop and the batcher's threads need too; a replay costs microseconds. A graph reads its
+input from one fixed device buffer, so the copy stream still lands each batch in a fresh buffer and the
+compute stream copies it into the graph's input (device to device, microseconds) just before the
+replay: the next batch's upload cannot overwrite an input that is still being read.
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ class TorchServeEngine:
         self.copy_stream = torch.cuda.Stream(self.device) if self.on_gpu else None
         self.compute_stream = torch.cuda.Stream(self.device) if self.on_gpu else None
         self._host: list[torch.Tensor] = []
+        self.cuda_graphs = bool(variant.cuda_graphs and self.on_gpu)
+        self._graphs: dict[int, tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         if self.on_gpu:
             torch.cuda.synchronize()  # scale and shift were made on the default stream; launches use others
 
@@ -43,11 +53,12 @@ class TorchServeEngine:
         return [t.numpy() for t in self._host]  # views: a slot written in numpy is the pinned memory
 
     @torch.inference_mode()
-    def _top_k(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _top_k(self, images: torch.Tensor, cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         x = images.permute(0, 3, 1, 2).float() * self.scale + self.shift
         x = x.contiguous(memory_format=self.base.memory_format)
         dtype = self.base.autocast_dtype
-        with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
+        # cache=False in a graph capture: autocast's cache of cast weights must not outlive the capture
+        with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None, cache_enabled=cache):
             logits = self.base.model(x)
         scores, ids = torch.softmax(logits.float(), dim=1).topk(self.top_k, dim=1)
         return ids, scores
@@ -66,11 +77,36 @@ class TorchServeEngine:
         with torch.cuda.stream(self.compute_stream):
             self.compute_stream.wait_event(copied)
             on_device.record_stream(self.compute_stream)  # allocated on the copy stream, used here
-            ids, scores = self._top_k(on_device)
+            if self.cuda_graphs:
+                graph, graph_input, ids, scores = self._graph(len(rows))
+                graph_input.copy_(on_device)
+                graph.replay()  # on the current (compute) stream, after the copy
+            else:
+                ids, scores = self._top_k(on_device)
+            # the top-k results leave the graph's fixed outputs before the next replay (same stream)
             ids, scores = ids.to("cpu", non_blocking=True), scores.to("cpu", non_blocking=True)
             done = torch.cuda.Event()
             done.record(self.compute_stream)
         return ids, scores, done, valid
+
+    def _graph(self, size: int) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The captured forward of batch ``size``: (graph, its input buffer, its top-k ids, scores)."""
+        if size not in self._graphs:
+            graph_input = torch.zeros((size, *self.image_shape), dtype=torch.uint8, device=self.device)
+            # Eager runs first, on a side stream as capture requires: cuDNN autotuning and lazy
+            # initialisation must not happen inside the capture.
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    self._top_k(graph_input, cache=False)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: the completer thread may synchronize on an earlier batch meanwhile
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                ids, scores = self._top_k(graph_input, cache=False)
+            self._graphs[size] = (graph, graph_input, ids, scores)
+        return self._graphs[size]
 
     def collect(self, handle: Any) -> tuple[np.ndarray, np.ndarray]:
         if not self.on_gpu:

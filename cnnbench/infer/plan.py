@@ -44,14 +44,16 @@ class Variant:
     # host) in pinned or in pageable memory. Pinned copies are issued with non_blocking.
     input: str = "float32_pageable"
     pad_multiple: int = 0  # pad every batch up to a multiple of this (0: never)
+    cuda_graphs: bool = False  # serving (PyTorch on a GPU): one captured CUDA graph per padded batch shape
 
     @property
     def pinned(self) -> bool:
         return self.input.endswith("_pinned")
 
     def options_text(self) -> str:
-        return (f"channels_last={self.channels_last};compile_mode={self.compile_mode};"
+        text = (f"channels_last={self.channels_last};compile_mode={self.compile_mode};"
                 f"input={self.input};pad_multiple={self.pad_multiple}")
+        return text + ";cuda_graphs=True" if self.cuda_graphs else text
 
 
 def sweep_variants(spec: Spec, backend: str, precision: str) -> list[Variant]:
@@ -180,8 +182,9 @@ def serve_run(spec: Spec, backend: str, device_kind: str | None = None) -> tuple
                                                  f"{', '.join(SERVE_BACKENDS)}")
     # The staging buffers are page-locked on a GPU whatever the spec's pin_memory says.
     own = sweep_variants(spec, backend, spec.precision[0])[0]
+    graphs = backend == "torch" and kind == "gpu" and spec.torch.serve_cuda_graphs
     variant = dataclasses.replace(own, name=spec.serve.batching, input="uint8_pinned" if kind == "gpu" else "resident",
-                                  pad_multiple=spec.serve.pad_multiple)
+                                  pad_multiple=spec.serve.pad_multiple, cuda_graphs=graphs)
     reason = _unsupported(backend, variant, kind, None)
     if reason:
         raise SpecError(spec.source, "precision", f"serve: {backend}: {reason}")
