@@ -3,14 +3,14 @@
 # generator on the same machine's cores.
 #   0. the HTTP stack alone (Starlette on uvicorn + the batcher, a model that takes no time) at saturation,
 #      with httptools (if installed) and with h11;
-#   for each backend:
+#   for each configuration (PyTorch eager, PyTorch with CUDA graphs, JAX):
 #   1. the engine alone, the in-process pipelined batcher and JPEG decode rates (serve_pipeline.py);
 #   2. the server with dynamic batching: raw uint8 requests at 100 req/s (p99 target), 3,000 and 8,000 req/s,
 #      JPEG requests (500x375 pictures, decoded and resized by the server) at saturation;
 #   3. the plain route (batching none: one forward per request) at 100 req/s and at saturation.
 # Usage: benchmarks/gpu_serve.sh OUT_DIR  (SMOKE=1: a tiny CPU model and small rates, as a dry run)
-# Writes OUT_DIR/serve_http.csv, stack_http.csv, pipeline.jsonl, serve_{numpy,torch,jax}.log; prints
-# the summary. About 4-5 minutes on an H200 host.
+# Writes OUT_DIR/serve_http.csv, stack_http.csv, pipeline.jsonl, serve_{numpy,torch,torch-graphs,jax}.log; prints
+# the summary. About 6-7 minutes on an H200 host.
 set -uo pipefail
 out=${1:?usage: gpu_serve.sh OUT_DIR}
 mkdir -p "$out"
@@ -37,16 +37,21 @@ pad_multiple = 4
 max_queue = 64
 decode_workers = 2
 TOML
-  device=cpu; low=20; mid=100; high=200; jpeg_rate=100; plain_high=100; secs=2; procs=1; shape=16,16,3
+  device=cpu; low=20; mid=100; high=200; jpeg_rate=100; plain_high=100; secs=2; max_procs=1; shape=16,16,3
 else
   spec=experiments/resnet50_serve.toml
-  device=gpu; low=100; mid=3000; high=8000; jpeg_rate=4000; plain_high=1500; secs=3; procs=6; shape=224,224,3
+  device=gpu; low=100; mid=3000; high=8000; jpeg_rate=4000; plain_high=1500; secs=3; max_procs=4; shape=224,224,3
 fi
+# PyTorch with CUDA graphs: the same spec with [torch] serve_cuda_graphs = true
+graphs_spec=$(mktemp -d)/serve_graphs.toml
+"$py" benchmarks/spec_variant.py "$spec" "$graphs_spec" 'torch.serve_cuda_graphs=true' >/dev/null
 port=8100
 url=http://127.0.0.1:$port
 
 load() {  # load CSV RATE INPUT [extra args]: one row
   local csv=$1 rate=$2 input=$3; shift 3
+  # one client process per ~2,500 req/s: a low rate gets one process, no start-up skew between several
+  local procs=$(( rate / 2500 + 1 )); ((procs > max_procs)) && procs=$max_procs
   timeout 60 "$py" -m cnnbench.cli load "$url" --rate "$rate" --requests $((rate * secs)) --duration "$secs" \
     --input "$input" --processes "$procs" --connections 512 --timeout 20 --wait 150 --out "$csv" "$@" \
     || echo "load $rate $input: failed ($?)"
@@ -68,13 +73,16 @@ for parser in auto h11; do
   stop "$pid" "$out/serve_numpy.log"
 done
 
-for backend in torch jax; do
-  log=$out/serve_$backend.log
-  timeout 120 "$py" benchmarks/serve_pipeline.py measure "$spec" "$backend" "$device" "$out/pipeline.jsonl" \
-    > /dev/null 2>> "$log" || echo "pipeline $backend: failed ($?)"
-  for batching in dynamic none; do
-    echo "== $backend $batching" >> "$log"
-    "$py" -m cnnbench.cli serve "$spec" -b "$backend" --device "$device" --port "$port" --batching "$batching" \
+for config in torch torch-graphs jax; do
+  backend=${config%-graphs}
+  this_spec=$spec; [[ $config == *-graphs ]] && this_spec=$graphs_spec
+  log=$out/serve_$config.log
+  timeout 120 "$py" benchmarks/serve_pipeline.py measure "$this_spec" "$backend" "$device" "$out/pipeline.jsonl" \
+    > /dev/null 2>> "$log" || echo "pipeline $config: failed ($?)"
+  modes=(dynamic none); [[ $config == *-graphs ]] && modes=(dynamic)  # the plain route is the same either way
+  for batching in "${modes[@]}"; do
+    echo "== $config $batching" >> "$log"
+    "$py" -m cnnbench.cli serve "$this_spec" -b "$backend" --device "$device" --port "$port" --batching "$batching" \
       >> "$log" 2>&1 &
     pid=$!
     load "$out/serve_http.csv" "$low" raw

@@ -111,7 +111,8 @@ def measure(spec_path: str, backend: str, device: str, out: str) -> None:
     for buffer in buffers:
         buffer[:] = rng.integers(0, 256, buffer.shape, dtype=np.uint8)
     engine_rate, batch_ms = _engine_rate(engine, buffers, serve.max_batch)
-    result = {"backend": backend, "model": run.model, "precision": run.precision, "max_batch": serve.max_batch,
+    result = {"backend": backend, "cuda_graphs": variant.cuda_graphs, "model": run.model,
+              "precision": run.precision, "max_batch": serve.max_batch,
               "device_name": engine.device_name(), "engine_img_s": engine_rate, "batch_ms": batch_ms,
               "batcher_img_s": _batcher_rate(engine, serve.max_batch, serve.timeout_ms, 200 * serve.max_batch)}
     source = tuple(int(n) for n in os.environ.get("SOURCE", "500x375").split("x"))
@@ -121,17 +122,22 @@ def measure(spec_path: str, backend: str, device: str, out: str) -> None:
     print(json.dumps(result))
 
 
+def _config(backend: str, cuda_graphs: bool) -> str:
+    """torch, torch-graphs or jax: the engines gpu_serve.sh compares."""
+    return f"{backend}-graphs" if cuda_graphs else backend
+
+
 def summary(folder: str) -> None:
     base = Path(folder)
     pipeline = {}
     if (base / "pipeline.jsonl").exists():
         for line in (base / "pipeline.jsonl").read_text().splitlines():
             item = json.loads(line)
-            pipeline[item["backend"]] = item
+            pipeline[_config(item["backend"], item.get("cuda_graphs", False))] = item
     rows = [row for name in ("stack_http.csv", "serve_http.csv") if (base / name).exists()
             for row in csv.DictReader((base / name).open())]
-    for backend, item in pipeline.items():
-        print(f"{backend}: engine alone at batch {item['max_batch']}: {item['engine_img_s']:,.0f} img/s "
+    for config, item in pipeline.items():
+        print(f"{config}: engine alone at batch {item['max_batch']}: {item['engine_img_s']:,.0f} img/s "
               f"(one batch {item['batch_ms']:.2f} ms); in-process pipelined batcher {item['batcher_img_s']:,.0f} "
               f"img/s ({item['batcher_img_s'] / item['engine_img_s']:.0%}); JPEG {item['jpeg_source']} decode "
               f"{item['decode_per_s_1']:,.0f}/s on 1 thread, {item['decode_per_s_workers']:,.0f}/s on "
@@ -139,11 +145,12 @@ def summary(folder: str) -> None:
     print("backend  batching  input  offered  achieved  vs-engine  p50ms  p90ms  p99ms  mean-batch  client-lag-p99ms  "
           "errors")
     for row in rows:
-        engine = pipeline.get(row["backend"], {}).get("engine_img_s")
+        config = _config(row["backend"], "cuda_graphs=True" in row["backend_options"])
+        engine = pipeline.get(config, {}).get("engine_img_s")
         achieved = float(row["images_per_sec"] or 0)
         share = f"{achieved / engine:.0%}" if engine else "-"
         parser = row["backend_options"].rsplit("http=", 1)[-1] if "http=" in row["backend_options"] else "?"
-        cells = [f"{row['backend']}({parser})", row["variant"], row["request_input"], row["arrival_rate_rps"],
+        cells = [f"{config}({parser})", row["variant"], row["request_input"], row["arrival_rate_rps"],
                  f"{achieved:,.0f}", share, row["latency_ms_p50"] or "-", row["latency_ms_p90"] or "-",
                  row["latency_ms_p99"] or "-",
                  row["mean_batch"] or "-", row.get("client_lag_ms_p99") or "-", row["errors_by_status"] or "none"]

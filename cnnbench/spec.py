@@ -95,10 +95,10 @@ class TorchOptions:
                                     "one warn (GPU).")
     compile_cache_dir: str = _f("", "Inductor's FX graph / Triton cache for this backend (TORCHINDUCTOR_CACHE_DIR); "
                                     "default: the top-level compile_cache_dir.")
-    serve_cuda_graphs: bool = _f(True, "`cnnbench serve` on a GPU: each padded batch shape's forward is captured "
-                                       "once in a CUDA graph and replayed per batch (microseconds of host work "
-                                       "instead of the eager forward's milliseconds of Python, which the server's "
-                                       "threads would wait for under the GIL).")
+    serve_cuda_graphs: bool = _f(False, "`cnnbench serve` on a GPU: each padded batch shape's forward is captured "
+                                        "once in a CUDA graph and replayed per batch (microseconds of host work "
+                                        "instead of the eager forward's milliseconds of Python, which the server's "
+                                        "threads wait for under the GIL). Off until measured on a GPU.")
 
 
 @dataclass(frozen=True)

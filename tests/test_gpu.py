@@ -34,8 +34,7 @@ def test_serve_engine_cuda_graph_replays_match_the_eager_forward():
 
     spec = load_spec(REPO / "experiments" / "resnet50_serve.toml")
     run, variant = serve_run(spec, "torch", "gpu")
-    assert variant.cuda_graphs and "cuda_graphs=True" in variant.options_text()
-    graphs = TorchServeEngine(run, variant, top_k=5, pad_multiple=8)
+    graphs = TorchServeEngine(run, dataclasses.replace(variant, cuda_graphs=True), top_k=5, pad_multiple=8)
     eager = TorchServeEngine(run, dataclasses.replace(variant, cuda_graphs=False), top_k=5, pad_multiple=8)
     eager.base.model.load_state_dict(graphs.base.model.state_dict())
     rng = np.random.default_rng(0)

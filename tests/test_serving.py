@@ -154,12 +154,12 @@ def test_cuda_graphs_are_a_torch_gpu_serving_option_stamped_on_its_rows(tmp_path
     from cnnbench.infer.plan import serve_run
     from cnnbench.spec import load_spec
 
-    spec = load_spec(REPO / "experiments" / "resnet50_serve.toml")
-    assert serve_run(spec, "torch", "gpu")[1].cuda_graphs  # on by default on a GPU
+    text = (REPO / "experiments" / "resnet50_serve.toml").read_text()
+    assert not serve_run(load_spec(write_spec(tmp_path, text)), "torch", "gpu")[1].cuda_graphs  # opt-in
+    spec = load_spec(write_spec(tmp_path, text.replace("channels_last = true", "channels_last = true\n"
+                                                       "serve_cuda_graphs = true"), "graphs.toml"))
+    variant = serve_run(spec, "torch", "gpu")[1]
+    assert variant.cuda_graphs and variant.options_text().endswith(";cuda_graphs=True")
     for backend, kind in (("torch", "cpu"), ("jax", "gpu")):  # no CUDA graph to capture
         variant = serve_run(spec, backend, kind)[1]
         assert not variant.cuda_graphs and "cuda_graphs" not in variant.options_text()
-    text = (REPO / "experiments" / "resnet50_serve.toml").read_text()
-    off = load_spec(write_spec(tmp_path, text.replace("channels_last = true", "channels_last = true\n"
-                                                      "serve_cuda_graphs = false")))
-    assert not serve_run(off, "torch", "gpu")[1].cuda_graphs

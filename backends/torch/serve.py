@@ -7,7 +7,7 @@ NCHW (a permuted view: channels_last strides, no copy), scale and shift, the for
 top-k, the (small) top-k copied back into pinned memory, and a done event. The copy of batch n+1 thus
 runs while batch n computes. On a CPU the buffers are plain memory and the same calls run in order.
 
-With ``variant.cuda_graphs`` (``[torch] serve_cuda_graphs``, on by default on a GPU) the compute half of
+With ``variant.cuda_graphs`` (``[torch] serve_cuda_graphs = true``, GPU only) the compute half of
 a launch is one CUDA graph replay per padded batch shape, captured at the shape's first launch (the
 server's warm-up): the eager forward costs milliseconds of Python per batch, held under the GIL that
 the event loop and the batcher's threads need too; a replay costs microseconds. A graph reads its

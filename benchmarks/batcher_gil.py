@@ -1,0 +1,109 @@
+"""Why the in-process batcher reached 64% of its engine on the H200, reproduced without a GPU.
+
+The pipelined batcher (cnnbench.infer.batcher) runs three kinds of thread in one Python process: the
+callers that copy requests into staging slots, a launcher and a completer. A device engine costs the
+launcher host time per batch; what matters is how much of it holds the GIL. An eager PyTorch
+ResNet-50 forward is ~160 module calls of Python (milliseconds per batch, GIL held); a CUDA graph
+replay is one call (microseconds). This script gives the batcher engines that cost the same device
+time per batch (a sleep, GIL released, as a GPU computing) and differ only in GIL-held launch time, and
+prints for each: the engine alone (batches launched back to back, two in flight) and the batcher fed by
+one submitting thread, as benchmarks/serve_pipeline.py measures them on the GPU.
+
+Usage: python benchmarks/batcher_gil.py [--device-ms 5] [--max-batch 32] [--launch-ms 0.05 5]
+Prints one JSON line per launch cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import time
+
+import numpy as np
+
+from cnnbench.infer.batcher import PipelinedBatcher, QueueFull
+
+SHAPE = (224, 224, 3)
+
+
+class HostBoundEngine:
+    """``launch_ms`` of GIL-held Python per batch, then ``device_ms`` of device time (queued in order)."""
+
+    image_shape = SHAPE
+    pad_multiple = 8
+
+    def __init__(self, launch_ms: float, device_ms: float) -> None:
+        self.launch_s, self.device_s = launch_ms / 1000, device_ms / 1000
+        self.free_at = 0.0
+
+    def staging_buffers(self, count: int, max_batch: int) -> list[np.ndarray]:
+        return [np.zeros((max_batch, *SHAPE), np.uint8) for _ in range(count)]
+
+    def launch(self, index: int, valid: int):
+        end = time.perf_counter() + self.launch_s
+        while time.perf_counter() < end:  # Python work: holds the GIL, as eager kernel launches do
+            pass
+        self.free_at = max(self.free_at, time.perf_counter()) + self.device_s
+        return self.free_at, valid
+
+    def collect(self, handle):
+        ready_at, valid = handle
+        time.sleep(max(0.0, ready_at - time.perf_counter()))  # waiting for the device: GIL released
+        return np.zeros((valid, 5), np.int64), np.zeros((valid, 5), np.float32)
+
+    def infer_now(self, images):
+        return self.collect(self.launch(0, len(images)))
+
+    def device_name(self) -> str:
+        return "host-bound model"
+
+
+def engine_rate(engine: HostBoundEngine, max_batch: int, batches: int = 200) -> float:
+    in_flight: collections.deque = collections.deque()
+    begun = time.perf_counter()
+    for step in range(batches):
+        in_flight.append(engine.launch(step % 3, max_batch))
+        if len(in_flight) == 2:
+            engine.collect(in_flight.popleft())
+    while in_flight:
+        engine.collect(in_flight.popleft())
+    return batches * max_batch / (time.perf_counter() - begun)
+
+
+def batcher_rate(engine: HostBoundEngine, max_batch: int, count: int) -> float:
+    batcher = PipelinedBatcher(engine, max_batch, deadline_ms=5.0, max_queue=4 * max_batch)
+    image = np.random.default_rng(0).integers(0, 256, SHAPE, dtype=np.uint8)
+    futures: collections.deque = collections.deque()
+    begun, sent = time.perf_counter(), 0
+    while sent < count:
+        try:
+            futures.append(batcher.submit(image))
+            sent += 1
+        except QueueFull:  # the device is behind: wait for the oldest answer, as a client would
+            futures.popleft().result()
+    for future in futures:
+        future.result()
+    rate = count / (time.perf_counter() - begun)
+    batcher.close()
+    return rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device-ms", type=float, default=5.0, help="device time per batch")
+    parser.add_argument("--max-batch", type=int, default=32)
+    parser.add_argument("--launch-ms", type=float, nargs="+", default=[0.05, 2.5, 5.0],
+                        help="GIL-held host time per launch (a graph replay ~0.05, eager ResNet-50 ~5)")
+    args = parser.parse_args()
+    for launch_ms in args.launch_ms:
+        engine = HostBoundEngine(launch_ms, args.device_ms)
+        alone = engine_rate(engine, args.max_batch)
+        batched = batcher_rate(HostBoundEngine(launch_ms, args.device_ms), args.max_batch, 300 * args.max_batch)
+        print(json.dumps({"launch_ms": launch_ms, "device_ms": args.device_ms, "max_batch": args.max_batch,
+                          "engine_img_s": round(alone), "batcher_img_s": round(batched),
+                          "batcher_share": round(batched / alone, 3)}))
+
+
+if __name__ == "__main__":
+    main()
