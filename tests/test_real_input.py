@@ -293,3 +293,24 @@ def test_torch_input_close_stops_its_persistent_workers(samples):
     started = time.perf_counter()
     source.close()
     assert me.children() == [] and time.perf_counter() - started < 5
+
+
+def test_torch_sampler_runs_epoch_after_epoch_in_the_neutral_order(samples):
+    """One endless sampler: the loader reads ahead across epoch boundaries instead of draining at each
+    (tf.data and grain stream the same way), and each epoch has its own neutral order."""
+    import itertools
+    from types import SimpleNamespace
+
+    from backends.torch.input import _StepSampler
+
+    run = SimpleNamespace(dataset="image_folder", data_path=str(samples["folder"]), image_size=(16, 16), seed=0,
+                          data={})
+    plan = plan_for(run)
+    sampler = _StepSampler(plan, global_batch=4, lo=2, count=2)  # rank 1 of 2
+    steps = sampler.steps_per_epoch
+    keys = list(itertools.islice(iter(sampler), 3 * steps))
+    assert steps == len(plan.train_items) // 4 and len(keys) == 3 * steps
+    for epoch in range(3):
+        order = plan.epoch_order(epoch)
+        for step in range(steps):
+            assert keys[epoch * steps + step] == [(epoch, int(i), True) for i in order[step * 4 + 2:step * 4 + 4]]

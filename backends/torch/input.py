@@ -5,10 +5,14 @@ as PyTorch users tune it, the batch prepared on the device.
   it (``CUDA_VISIBLE_DEVICES=""`` before any CUDA use: a worker that creates a CUDA context costs
   hundreds of MiB of GPU memory each; ``hide_cuda_in_workers = false`` leaves that out, to measure it)
   and sets ``cv2.setNumThreads(0)`` (OpenCV's own thread pool in every worker oversubscribes the cores).
-- ``persistent_workers`` (no re-fork per epoch), ``prefetch_factor`` (``[data] prefetch``),
-  ``pin_memory`` so that the uint8 batch is copied with ``non_blocking=True``.
+- ``persistent_workers`` (the one endless iterator stays in the loader, where ``close()`` stops it),
+  ``prefetch_factor`` (``[data] prefetch``), ``pin_memory`` so that the uint8 batch is copied with
+  ``non_blocking=True``.
 - The batch sampler takes each rank's share of the neutral epoch order
   (:meth:`cnnbench.data.loader.InputPlan.step_items`), so the images and crops match the other frameworks.
+  It runs epoch after epoch without end, so the workers read ahead across epoch boundaries, as tf.data and
+  grain do here: a sampler per epoch drains the pipeline at every boundary, and the first batches of the
+  next epoch then cost a whole batch's decode in one worker (on the H200, 200 ms steps instead of 55).
 - ``decode_device = "gpu"``: workers only read the JPEG bytes; ``torchvision.io.decode_jpeg(device="cuda")``
   decodes the batch on the GPU (nvJPEG). torchvision is imported only then.
 - On the device: ``backends.torch.transforms.prepare`` (crop + resize + flip + float + normalise).
@@ -16,6 +20,7 @@ as PyTorch users tune it, the batch prepared on the device.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 
@@ -82,20 +87,18 @@ def _collate_encoded(samples):
 
 
 class _StepSampler(torch.utils.data.Sampler):
-    """Batches of (epoch, item, train) keys: this rank's slice of every global batch of an epoch."""
+    """Batches of (epoch, item, train) keys: this rank's slice of every global batch, epoch after epoch."""
 
     def __init__(self, plan: InputPlan, global_batch: int, lo: int, count: int) -> None:
         self.plan, self.global_batch, self.lo, self.count = plan, global_batch, lo, count
-        self.epoch = 0
-
-    def __len__(self) -> int:
-        return self.plan.steps_per_epoch(self.global_batch)
+        self.steps_per_epoch = plan.steps_per_epoch(global_batch)
 
     def __iter__(self) -> Iterator[list[tuple[int, int, bool]]]:
-        order = self.plan.epoch_order(self.epoch)
-        for step in range(len(self)):
-            batch = order[step * self.global_batch:(step + 1) * self.global_batch][self.lo:self.lo + self.count]
-            yield [(self.epoch, int(item), True) for item in batch]
+        for epoch in itertools.count():
+            order = self.plan.epoch_order(epoch)
+            for step in range(self.steps_per_epoch):
+                batch = order[step * self.global_batch:(step + 1) * self.global_batch][self.lo:self.lo + self.count]
+                yield [(epoch, int(item), True) for item in batch]
 
 
 class _EvalSampler(torch.utils.data.Sampler):
@@ -131,7 +134,7 @@ class TorchInput:
         local = global_batch // world
         self.sampler = _StepSampler(plan, global_batch, rank * local, local)
         self.loader = self._loader(self.sampler, persistent=True)
-        self.steps_per_epoch = len(self.sampler)
+        self.steps_per_epoch = self.sampler.steps_per_epoch
         self.eval_items = plan.test_items[rank::world]
         self.eval_batch = 2 * local
         self._batches = self.host_batches()
@@ -184,11 +187,7 @@ class TorchInput:
 
     def host_batches(self) -> Iterator:
         """The loader's batches (pinned host tensors), epoch after epoch, each with its own order and draws."""
-        epoch = 0
-        while True:
-            self.sampler.epoch = epoch
-            yield from self.loader
-            epoch += 1
+        yield from self.loader  # endless: the sampler runs epoch after epoch
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self._to_device(next(self._batches), train=True)
