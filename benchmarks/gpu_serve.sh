@@ -50,10 +50,12 @@ url=http://127.0.0.1:$port
 
 load() {  # load CSV RATE INPUT [extra args]: one row
   local csv=$1 rate=$2 input=$3; shift 3
-  # one client process per ~2,500 req/s: a low rate gets one process, no start-up skew between several
+  # one client process per ~2,500 req/s (one sustains that on ~40% of a core); connections to match the
+  # rate: at 100 req/s, 512 connections would each idle past uvicorn's 5 s keep-alive and reconnect
   local procs=$(( rate / 2500 + 1 )); ((procs > max_procs)) && procs=$max_procs
+  local conns=$(( rate / 8 )); ((conns < 32)) && conns=32; ((conns > 512)) && conns=512
   timeout 60 "$py" -m cnnbench.cli load "$url" --rate "$rate" --requests $((rate * secs)) --duration "$secs" \
-    --input "$input" --processes "$procs" --connections 512 --timeout 20 --wait 150 --out "$csv" "$@" \
+    --input "$input" --processes "$procs" --connections "$conns" --timeout 20 --wait 150 --out "$csv" "$@" \
     || echo "load $rate $input: failed ($?)"
 }
 
