@@ -58,6 +58,7 @@ def _assert_clean_csv(path, expected_rows):
 @pytest.mark.parametrize("backend, fault", [
     ("torch", "rank=1,step=4,kind=raise"),
     ("torch", "rank=1,step=4,kind=kill"),
+    ("torch", "rank=1,step=4,kind=orphan"),  # torchrun killed: its ranks, in sessions of their own, too
     ("jax", "rank=0,step=4,kind=raise"),
     ("tensorflow", "rank=0,step=4,kind=kill"),
 ])

@@ -2,9 +2,11 @@
 
 ``CNNBENCH_FAULT="rank=1,step=3,kind=raise"`` makes process 1 fail when it is about to run its
 step 3 (0-based). Kinds: ``raise`` (a Python exception), ``kill`` (SIGKILL to itself, as the
-OOM killer would), ``hang`` (sleep forever, as a deadlocked collective would), ``sleep`` (``ms=N``: a host stall of N ms
-in every step from ``step`` on, default 0, as a slow host-side input stage would; the health table
-must see the device idle for it). Without the variable nothing is wrapped and the step runs untouched.
+OOM killer would), ``orphan`` (PyTorch only: SIGKILL to its parent, torchrun, as the OOM killer
+might choose it; the ranks, each in a session of its own, are left without it), ``hang`` (sleep
+forever, as a deadlocked collective would), ``sleep`` (``ms=N``: a host stall of N ms in every step
+from ``step`` on, default 0, as a slow host-side input stage would; the health table must see the
+device idle for it). Without the variable nothing is wrapped and the step runs untouched.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import signal
 import time
 
 ENV_VAR = "CNNBENCH_FAULT"
-KINDS = ("raise", "kill", "hang", "sleep")
+KINDS = ("raise", "kill", "orphan", "hang", "sleep")
 
 
 class InjectedFault(RuntimeError):
@@ -37,6 +39,8 @@ def _misbehave(kind: str, message: str) -> None:
         raise InjectedFault(message)
     if kind == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "orphan":
+        os.kill(os.getppid(), signal.SIGKILL)
     while True:  # hang
         time.sleep(3600)
 

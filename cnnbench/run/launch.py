@@ -35,6 +35,7 @@ KILL_GRACE_S = 5.0
 LOG_TAIL_LINES = 60
 STACKS_SUFFIX = ".stacks"  # a worker's Python stacks, written on SIGUSR1 (cnnbench.run.worker)
 STACKS_WAIT_S = 1.0
+PID_SUFFIX = ".pid"  # each worker's pid, written as it starts (cnnbench.run.worker)
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,23 @@ def worker_command(run: Run, layout: Layout, run_json: Path, result_json: Path,
             "--nproc-per-node", str(layout.processes), "--max-restarts", "0", *worker]
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
-    """SIGTERM the run's session and every descendant, then SIGKILL whatever outlives the grace."""
+def _recorded_workers(workdir: Path | None) -> list:
+    """The workers that wrote their pid into this run's folder and still run it (a pid can be reused:
+    only a process whose command line names this folder counts), with their children."""
+    import psutil
+
+    found = []
+    for path in workdir.glob(f"*{PID_SUFFIX}") if workdir else []:
+        with contextlib.suppress(OSError, ValueError, psutil.Error):
+            worker = psutil.Process(int(path.read_text()))
+            if str(workdir) in " ".join(worker.cmdline()):
+                found += [worker, *worker.children(recursive=True)]
+    return found
+
+
+def _kill_tree(proc: subprocess.Popen, workdir: Path | None = None) -> None:
+    """SIGTERM the run's session, every descendant and every worker recorded in ``workdir``, then
+    SIGKILL whatever outlives the grace."""
     import psutil
 
     try:
@@ -88,6 +104,8 @@ def _kill_tree(proc: subprocess.Popen) -> None:
         family = [leader, *leader.children(recursive=True)]
     except psutil.NoSuchProcess:
         family = []
+    known = {member.pid for member in family}
+    family += [worker for worker in _recorded_workers(workdir) if worker.pid not in known]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
@@ -251,13 +269,13 @@ def launch(run: Run, *, verbose: bool = False, probe: tuple[Path, Path] | None =
         except subprocess.TimeoutExpired:
             timed_out = True
             stacks = _dump_worker_stacks(proc, workdir)
-            _kill_tree(proc)
+            _kill_tree(proc, workdir)
         except BaseException:  # Ctrl-C or SIGTERM in the launcher: take the workers down too
-            _kill_tree(proc)
+            _kill_tree(proc, workdir)
             raise
         else:
             if proc.returncode != 0:
-                _kill_tree(proc)  # a rank may have left children behind
+                _kill_tree(proc, workdir)  # a rank may have left children behind, or torchrun its ranks
         reader.join(timeout=5)
         wall = time.perf_counter() - start
         if timed_out:

@@ -31,7 +31,7 @@ from cnnbench.data import arrays as data_sources
 from cnnbench.data.loader import InputPlan, plan_for, reads_uint8
 from cnnbench.run import faults, gpu_monitor
 from cnnbench.run.contract import BuildContext
-from cnnbench.run.launch import STACKS_SUFFIX
+from cnnbench.run.launch import PID_SUFFIX, STACKS_SUFFIX
 from cnnbench.run.protocol import train
 from cnnbench.run.schedule import lr_table_for
 from cnnbench.runs import Run
@@ -169,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     run = Run.from_json(args.run_json.read_text())
     index, count, local_rank = _process_position(run)
     _dump_stacks_on_request(args.result_json.with_name(f"{args.result_json.name}.rank{index}{STACKS_SUFFIX}"))
+    # The launcher kills the ranks by these too: torchrun starts each in a session of its own, so if
+    # torchrun itself dies, neither its process group nor its children lead to them any more.
+    args.result_json.with_name(f"{args.result_json.name}.rank{index}{PID_SUFFIX}").write_text(str(os.getpid()))
     try:
         if run.mode == "infer":
             _infer(run, args.result_json)
