@@ -7,7 +7,7 @@ ResNet-50 forward is ~160 module calls of Python (milliseconds per batch, GIL he
 replay is one call (microseconds). This script gives the batcher engines that cost the same device
 time per batch (a sleep, GIL released, as a GPU computing) and differ only in GIL-held launch time, and
 prints for each: the engine alone (batches launched back to back, two in flight) and the batcher fed by
-one submitting thread, as benchmarks/serve_pipeline.py measures them on the GPU.
+one submitting thread, by benchmarks/serve_pipeline.py's own functions (as on the GPU).
 
 Usage: python benchmarks/batcher_gil.py [--device-ms 5] [--max-batch 32] [--launch-ms 0.05 5]
 Prints one JSON line per launch cost.
@@ -16,13 +16,11 @@ Prints one JSON line per launch cost.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import time
 
 import numpy as np
-
-from cnnbench.infer.batcher import PipelinedBatcher, QueueFull
+from serve_pipeline import batcher_rate, engine_rate  # measured exactly as on the GPU
 
 SHAPE = (224, 224, 3)
 
@@ -59,36 +57,6 @@ class HostBoundEngine:
         return "host-bound model"
 
 
-def engine_rate(engine: HostBoundEngine, max_batch: int, batches: int = 200) -> float:
-    in_flight: collections.deque = collections.deque()
-    begun = time.perf_counter()
-    for step in range(batches):
-        in_flight.append(engine.launch(step % 3, max_batch))
-        if len(in_flight) == 2:
-            engine.collect(in_flight.popleft())
-    while in_flight:
-        engine.collect(in_flight.popleft())
-    return batches * max_batch / (time.perf_counter() - begun)
-
-
-def batcher_rate(engine: HostBoundEngine, max_batch: int, count: int) -> float:
-    batcher = PipelinedBatcher(engine, max_batch, deadline_ms=5.0, max_queue=4 * max_batch)
-    image = np.random.default_rng(0).integers(0, 256, SHAPE, dtype=np.uint8)
-    futures: collections.deque = collections.deque()
-    begun, sent = time.perf_counter(), 0
-    while sent < count:
-        try:
-            futures.append(batcher.submit(image))
-            sent += 1
-        except QueueFull:  # the device is behind: wait for the oldest answer, as a client would
-            futures.popleft().result()
-    for future in futures:
-        future.result()
-    rate = count / (time.perf_counter() - begun)
-    batcher.close()
-    return rate
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device-ms", type=float, default=5.0, help="device time per batch")
@@ -98,8 +66,9 @@ def main() -> None:
     args = parser.parse_args()
     for launch_ms in args.launch_ms:
         engine = HostBoundEngine(launch_ms, args.device_ms)
-        alone = engine_rate(engine, args.max_batch)
-        batched = batcher_rate(HostBoundEngine(launch_ms, args.device_ms), args.max_batch, 300 * args.max_batch)
+        alone, _ = engine_rate(engine, engine.staging_buffers(3, args.max_batch), args.max_batch)
+        batched = batcher_rate(HostBoundEngine(launch_ms, args.device_ms), args.max_batch, 5.0,
+                               300 * args.max_batch)
         print(json.dumps({"launch_ms": launch_ms, "device_ms": args.device_ms, "max_batch": args.max_batch,
                           "engine_img_s": round(alone), "batcher_img_s": round(batched),
                           "batcher_share": round(batched / alone, 3)}))

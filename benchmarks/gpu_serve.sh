@@ -50,7 +50,7 @@ url=http://127.0.0.1:$port
 
 load() {  # load CSV RATE INPUT [extra args]: one row
   local csv=$1 rate=$2 input=$3; shift 3
-  # one client process per ~2,500 req/s (one sustains that on ~40% of a core); connections to match the
+  # one client process per ~2,500 req/s; connections to match the
   # rate: at 100 req/s, 512 connections would each idle past uvicorn's 5 s keep-alive and reconnect
   local procs=$(( rate / 2500 + 1 )); ((procs > max_procs)) && procs=$max_procs
   local conns=$(( rate / 8 )); ((conns < 32)) && conns=32; ((conns > 512)) && conns=512

@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 
 
-def _engine_rate(engine, buffers, max_batch: int, windows: int = 5, steps: int = 20) -> tuple[float, float]:
+def engine_rate(engine, buffers, max_batch: int, windows: int = 5, steps: int = 20) -> tuple[float, float]:
+    """(images/s of batches launched back to back, two in flight; ms of one batch alone)."""
     for index in range(len(buffers)):  # warm every buffer once
         engine.collect(engine.launch(index, max_batch))
     alone = []
@@ -50,7 +51,8 @@ def _engine_rate(engine, buffers, max_batch: int, windows: int = 5, steps: int =
     return float(np.median(rates)), float(np.median(alone))
 
 
-def _batcher_rate(engine, max_batch: int, deadline_ms: float, count: int) -> float:
+def batcher_rate(engine, max_batch: int, deadline_ms: float, count: int) -> float:
+    """Images/s through the pipelined batcher, submitted one by one from one thread."""
     from cnnbench.infer.batcher import PipelinedBatcher, QueueFull, batch_shapes
 
     batcher = PipelinedBatcher(engine, max_batch, deadline_ms, max_queue=4 * max_batch)
@@ -110,11 +112,11 @@ def measure(spec_path: str, backend: str, device: str, out: str) -> None:
     rng = np.random.default_rng(0)
     for buffer in buffers:
         buffer[:] = rng.integers(0, 256, buffer.shape, dtype=np.uint8)
-    engine_rate, batch_ms = _engine_rate(engine, buffers, serve.max_batch)
+    engine_img_s, batch_ms = engine_rate(engine, buffers, serve.max_batch)
     result = {"backend": backend, "cuda_graphs": variant.cuda_graphs, "model": run.model,
               "precision": run.precision, "max_batch": serve.max_batch,
-              "device_name": engine.device_name(), "engine_img_s": engine_rate, "batch_ms": batch_ms,
-              "batcher_img_s": _batcher_rate(engine, serve.max_batch, serve.timeout_ms, 200 * serve.max_batch)}
+              "device_name": engine.device_name(), "engine_img_s": engine_img_s, "batch_ms": batch_ms,
+              "batcher_img_s": batcher_rate(engine, serve.max_batch, serve.timeout_ms, 200 * serve.max_batch)}
     source = tuple(int(n) for n in os.environ.get("SOURCE", "500x375").split("x"))
     result.update(_decode_rates(engine.image_shape, source, serve.decode_workers))
     with open(out, "a") as f:

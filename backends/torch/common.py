@@ -41,7 +41,7 @@ def shut_down_loader(loader) -> None:
     """Stop a DataLoader's persistent workers now, while the interpreter is fully alive.
 
     Left to interpreter exit, a loader with both persistent_workers and pin_memory waits 5 s per
-    worker to join (pytorch/pytorch#81794): 14 workers held a finished GPU run for 70 s. There is no
+    worker to join (pytorch/pytorch#81794): 14 workers held a finished GPU run past its time limit. There is no
     public call for this; PyTorch Lightning shuts loaders down the same way.
     """
     from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter

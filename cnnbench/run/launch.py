@@ -81,16 +81,17 @@ def worker_command(run: Run, layout: Layout, run_json: Path, result_json: Path,
 
 
 def _recorded_workers(workdir: Path | None) -> list:
-    """The workers that wrote their pid into this run's folder and still run it (a pid can be reused:
-    only a process whose command line names this folder counts), with their children."""
+    """The worker processes that wrote their pid into this run's folder and still run it (a pid can be
+    reused: only a process whose command line names this folder counts). Not their DataLoader children,
+    not torchrun."""
     import psutil
 
     found = []
-    for path in workdir.glob(f"*{PID_SUFFIX}") if workdir else []:
+    for path in sorted(workdir.glob(f"*{PID_SUFFIX}")) if workdir else []:
         with contextlib.suppress(OSError, ValueError, psutil.Error):
             worker = psutil.Process(int(path.read_text()))
             if str(workdir) in " ".join(worker.cmdline()):
-                found += [worker, *worker.children(recursive=True)]
+                found.append(worker)
     return found
 
 
@@ -105,7 +106,9 @@ def _kill_tree(proc: subprocess.Popen, workdir: Path | None = None) -> None:
     except psutil.NoSuchProcess:
         family = []
     known = {member.pid for member in family}
-    family += [worker for worker in _recorded_workers(workdir) if worker.pid not in known]
+    for worker in _recorded_workers(workdir):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            family += [p for p in (worker, *worker.children(recursive=True)) if p.pid not in known]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
@@ -119,32 +122,18 @@ def _kill_tree(proc: subprocess.Popen, workdir: Path | None = None) -> None:
         proc.wait(timeout=KILL_GRACE_S)
 
 
-def _dump_worker_stacks(proc: subprocess.Popen, workdir: Path) -> str:
+def _dump_worker_stacks(workdir: Path) -> str:
     """Ask every worker of a run that timed out for its stacks; the text, one header per rank.
 
-    Only the worker processes themselves are signalled: their DataLoader children are forks with the
-    same command line, whose stacks say nothing, and torchrun would take SIGUSR1 as a kill.
+    Only the recorded workers are signalled (a worker writes its pid once its SIGUSR1 handler is in
+    place): their DataLoader children are forks whose stacks say nothing, and torchrun would take
+    SIGUSR1 as a kill.
     """
-    import psutil
-
-    try:
-        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return ""
-    def is_worker(process) -> bool:  # torchrun's command line names the worker module too
-        command = process.cmdline()
-        return "cnnbench.run.worker" in command and "torch.distributed.run" not in command
-
-    pids = set()
-    for member in tree:
-        with contextlib.suppress(psutil.Error):
-            parent = member.parent()
-            if is_worker(member) and not (parent and is_worker(parent)):
-                pids.add(member.pid)
-    for pid in pids:
+    workers = _recorded_workers(workdir)
+    for worker in workers:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGUSR1)
-    if not pids:
+            os.kill(worker.pid, signal.SIGUSR1)
+    if not workers:
         return ""
     time.sleep(STACKS_WAIT_S)  # faulthandler writes from the signal handler, at once
     parts = []
@@ -268,7 +257,7 @@ def launch(run: Run, *, verbose: bool = False, probe: tuple[Path, Path] | None =
             proc.wait(timeout=run.timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            stacks = _dump_worker_stacks(proc, workdir)
+            stacks = _dump_worker_stacks(workdir)
             _kill_tree(proc, workdir)
         except BaseException:  # Ctrl-C or SIGTERM in the launcher: take the workers down too
             _kill_tree(proc, workdir)

@@ -169,8 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     run = Run.from_json(args.run_json.read_text())
     index, count, local_rank = _process_position(run)
     _dump_stacks_on_request(args.result_json.with_name(f"{args.result_json.name}.rank{index}{STACKS_SUFFIX}"))
-    # The launcher kills the ranks by these too: torchrun starts each in a session of its own, so if
-    # torchrun itself dies, neither its process group nor its children lead to them any more.
+    # After the SIGUSR1 handler, so a recorded worker can always be asked for its stacks. The launcher
+    # also kills the ranks by these pids: torchrun starts each in a session of its own, so if torchrun
+    # itself dies, neither its process group nor its children lead to them any more.
     args.result_json.with_name(f"{args.result_json.name}.rank{index}{PID_SUFFIX}").write_text(str(os.getpid()))
     try:
         if run.mode == "infer":
