@@ -15,8 +15,8 @@ import time
 import numpy as np
 
 from cnnbench.infer.measure import pad_to_multiple
-from cnnbench.infer.plan import Variant
 from cnnbench.parity.probe import probe_run
+from cnnbench.runs import Variant
 
 
 def main() -> None:

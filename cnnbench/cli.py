@@ -14,10 +14,10 @@ from typing import Annotated, Any, Optional
 import typer
 from typer.core import TyperCommand
 
-from backends import BACKEND_NAMES, REGISTRY
 from cnnbench import envinfo
 from cnnbench.errors import UserError
 from cnnbench.model.facts import MODELS
+from cnnbench.registry import BACKEND_NAMES, REGISTRY
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC = REPO_ROOT / "experiments" / "quickstart.toml"
@@ -161,8 +161,8 @@ def run(
     no_report: NoReportOpt = False,
 ) -> None:
     """Run an experiment: every backend x strategy x device count x trial, one row each."""
+    from cnnbench.expand import expand
     from cnnbench.run.execute import execute_runs
-    from cnnbench.runs import expand
     from cnnbench.spec import load_spec
 
     if hosts > 1 and not coordinator:
@@ -209,9 +209,9 @@ def sweep(
         help="With --slurm: one more #SBATCH line, e.g. --sbatch=--mem=64G (repeatable).")] = None,
 ) -> None:
     """Run every run of a spec that has no ok row in OUT yet: an interrupted sweep resumes."""
+    from cnnbench.expand import expand
     from cnnbench.run.execute import execute_runs, split_done
     from cnnbench.run.plans import gap_note
-    from cnnbench.runs import expand
     from cnnbench.spec import load_spec
 
     _check_device(device)
@@ -244,7 +244,7 @@ def _slurm_sweep(spec: Path, out: Path, *, backend, devices, device, force: bool
                  no_report: bool, overrides: dict) -> None:
     from cnnbench.cluster.slurm import with_overrides
     from cnnbench.cluster.sweep import slurm_sweep
-    from cnnbench.runs import expand
+    from cnnbench.expand import expand
     from cnnbench.spec import load_spec
 
     parsed = load_spec(spec)

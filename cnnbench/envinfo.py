@@ -13,7 +13,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from backends import REGISTRY
+from cnnbench.registry import REGISTRY
 
 
 def package_version(name: str) -> str | None:

@@ -1,35 +1,28 @@
-"""Runs: one fully resolved configuration each, expanded from a spec; the timing plan.
+"""Runs: what one worker process tree is given (a training :class:`Run` or an :class:`InferRun`) and what
+comes back from it (:class:`Outcome`).
 
-A :class:`Run` is plain data (JSON-serialisable) handed to the worker process, which needs nothing
-else to build a trainer. Device availability is checked here, before anything is launched.
+A run is plain, typed data: it crosses to the worker as JSON (:meth:`RunCommon.to_json`,
+:func:`run_from_json`) and comes back as the same types, options included, so a trainer reads
+``run.options.bucket_cap_mb`` with the default declared once in :mod:`cnnbench.options`. Runs are made
+by :mod:`cnnbench.expand` (training) and :mod:`cnnbench.infer.plan` (inference).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
-import os
-import shutil
-import subprocess
-import uuid
+import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from backends import load as backend_module
-from cnnbench.data.loader import input_unsupported
-from cnnbench.errors import SpecError
-from cnnbench.model.facts import MODELS
-from cnnbench.spec import Spec, check_training_batches, dataset_info_for, spec_hash
-
-# Emulated CPU devices share the machine's cores; beyond this they only measure contention.
-MAX_EMULATED_DEVICES = max(8, os.cpu_count() or 1)
+from cnnbench.options import OPTIONS_OF, BackendOptions, DataSpec
 
 
-@dataclass(frozen=True)
-class Run:
-    """Everything one worker needs to train one configuration."""
+@dataclass(frozen=True, kw_only=True)
+class RunCommon:
+    """What every run has, whatever it does: identity, model, data, devices, options, the timing."""
 
+    mode: ClassVar[str]
     run_id: str
     spec_name: str
     spec_hash: str
@@ -47,37 +40,21 @@ class Run:
     device_kind: str  # cpu | gpu
     devices: int
     hosts: int
-    scaling: str
     per_device_batch: int
     global_batch: int
     precision: str
     compile: bool
-    sync_bn: bool
-    lr: float
-    momentum: float
-    weight_decay: float
-    nesterov: bool
-    schedule: str
-    warmup_epochs: float
-    epochs: int  # 0 for synthetic data: no evaluation
-    steps_per_epoch: int  # 0 for synthetic data
-    total_steps: int
     warmup_steps: int
     windows: int
     window_steps: int
     seed: int
-    target_accuracy: float
     timeout_s: float
-    options: dict[str, Any] = field(default_factory=dict)
+    options: BackendOptions  # the backend's own table ([torch], [jax], ...), compile_cache_dir resolved
+    data: DataSpec = DataSpec()  # the spec's [data] table (real input)
     host_rank: int = 0
     coordinator: str = ""
-    mode: str = "train"  # train | infer (the infer plan is in `infer`)
-    infer: dict[str, Any] = field(default_factory=dict)
     profile_dir: str = ""  # --profile: trace one window into this folder
-    model_parallel: int = 1  # devices per model copy (data+tensor)
-    microbatches: int = 1  # pipeline micro-batches per step
     spread_limit: float = 0.2  # timing.spread_limit: a row whose windows spread more is flagged as noisy
-    data: dict[str, Any] = field(default_factory=dict)  # the spec's [data] table (real input)
 
     @property
     def device_type(self) -> str:
@@ -95,168 +72,120 @@ class Run:
                 f"{self.device_type} b{self.per_device_batch} {self.precision} trial {self.trial}")
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> Run:
-        fields = json.loads(text)
-        fields["image_size"] = tuple(fields["image_size"])  # JSON has lists
-        return cls(**fields)
+        return json.dumps({"mode": self.mode, **dataclasses.asdict(self)})
 
 
-def plan_windows(total_steps: int, steps_per_epoch: int, warmup_steps: int, windows: int,
-                 window_steps: int) -> list[tuple[int, int]]:
-    """Step ranges [start, end) of the timed windows.
+@dataclass(frozen=True, kw_only=True)
+class Run(RunCommon):
+    """One training configuration: everything a worker needs to train it."""
 
-    Step 0 is the first step (timed alone), then ``warmup_steps`` discarded steps. A window never
-    spans an epoch boundary, because the evaluation at the end of an epoch must not be timed and the
-    device is synchronized only at the ends of a window; a window that would cross one starts at
-    the next epoch instead. Raises ValueError when the windows do not fit.
-    """
-    if steps_per_epoch and window_steps > steps_per_epoch:
-        raise ValueError(f"timing.window_steps {window_steps} exceeds the {steps_per_epoch} steps "
-                         f"of one epoch")
-    plan, start = [], 1 + warmup_steps
-    while len(plan) < windows:
-        if steps_per_epoch and start % steps_per_epoch + window_steps > steps_per_epoch:
-            start = (start // steps_per_epoch + 1) * steps_per_epoch
-        if start + window_steps > total_steps:
-            raise ValueError(f"the timing protocol needs {windows} windows of {window_steps} steps after "
-                             f"1 + {warmup_steps} steps, but the run has only {total_steps} steps")
-        plan.append((start, start + window_steps))
-        start += window_steps
-    return plan
+    mode: ClassVar[str] = "train"
+    scaling: str
+    sync_bn: bool
+    lr: float
+    momentum: float
+    weight_decay: float
+    nesterov: bool
+    schedule: str
+    warmup_epochs: float
+    epochs: int  # 0 for synthetic data: no evaluation
+    steps_per_epoch: int  # 0 for synthetic data
+    total_steps: int
+    target_accuracy: float
+    model_parallel: int = 1  # devices per model copy (data+tensor)
+    microbatches: int = 1  # pipeline micro-batches per step
 
 
-def protocol_steps(warmup_steps: int, windows: int, window_steps: int) -> int:
-    return 1 + warmup_steps + windows * window_steps
+@dataclass(frozen=True)
+class Variant:
+    """One inference configuration of a model."""
+
+    name: str
+    precision: str = "fp32"
+    compile: bool = False
+    compile_mode: str = "default"
+    channels_last: bool = False
+    # Where each batch starts (one of options.INFER_INPUTS): resident on the device; uint8 NHWC in
+    # pinned host memory, converted and normalised on the device; float32 (normalised on the
+    # host) in pinned or in pageable memory. Pinned copies are issued with non_blocking.
+    input: str = "float32_pageable"
+    pad_multiple: int = 0  # pad every batch up to a multiple of this (0: never)
+    cuda_graphs: bool = False  # serving (PyTorch on a GPU): one captured CUDA graph per padded batch shape
+
+    @property
+    def pinned(self) -> bool:
+        return self.input.endswith("_pinned")
+
+    def options_text(self) -> str:
+        text = (f"channels_last={self.channels_last};compile_mode={self.compile_mode};"
+                f"input={self.input};pad_multiple={self.pad_multiple}")
+        return text + ";cuda_graphs=True" if self.cuda_graphs else text
 
 
-def count_gpus() -> int:
-    """GPUs on this host, asked of nvidia-smi so that no framework is imported here."""
-    if not shutil.which("nvidia-smi"):
-        return 0
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+@dataclass(frozen=True)
+class InferJob:
+    """One measurement of an inference run: a variant at a batch size (``sweep``, ``ablation``), or the
+    in-process micro-batcher under one offered load (``serve``)."""
+
+    kind: Literal["sweep", "ablation", "serve"]
+    variant: Variant
+    batch: int  # the batch size; serve: the batcher's max batch
+    # serve only: the offered load and the batcher's settings
+    rate: float = 0.0
+    timeout_ms: float = 0.0
+    requests: int = 0
+    max_duration_s: float = 0.0
+    pad_multiple: int = 1
+
+    @property
+    def label(self) -> str:
+        if self.kind == "serve":
+            return f"serve {self.variant.name} {self.rate:g} req/s"
+        return f"{self.kind} {self.variant.name} b{self.batch}"
 
 
-def resolve_device_kind(requested: str) -> str:
-    if requested == "auto":
-        return "gpu" if count_gpus() else "cpu"
-    return requested
+@dataclass(frozen=True, kw_only=True)
+class InferRun(RunCommon):
+    """A forward-only run on one device: one model per variant, its jobs measured in order."""
+
+    mode: ClassVar[str] = "infer"
+    jobs: tuple[InferJob, ...] = ()
+    latency_samples: int = 30  # batches timed one at a time for the latency percentiles
+    rounds: int = 1  # the ablation's variants are measured in this many interleaved rounds
 
 
-def expand(spec: Spec, *, backends: tuple[str, ...] | None = None,
-           devices: tuple[int, ...] | None = None, trials: int | None = None, hosts: int = 1,
-           host_rank: int = 0, coordinator: str = "", device_kind: str | None = None,
-           check_devices: bool = True) -> list[Run]:
-    """All runs of a spec, in the order they execute; CLI overrides narrow the spec's lists."""
-    src = spec.source
-    check_training_batches(spec)
-    kind = device_kind or resolve_device_kind(spec.device)
-    devices = devices or spec.devices
-    backends = backends or spec.backends
-    if check_devices:
-        _check_devices(spec, kind, devices, hosts)
-    info = dataset_info_for(spec)
-    if not info.labelled:
-        raise SpecError(src, "data_path", f"{spec.data_path} is a flat folder without labels: only `cnnbench infer` "
-                                          f"can use it; training needs CLASS/ sub-folders")
-    model = MODELS[spec.model]
-    if "fp16" in spec.precision and kind != "gpu":
-        raise SpecError(src, "precision", "fp16 (with loss scaling) needs a GPU; use fp32 or bf16 on CPU")
-    digest = spec_hash(spec)
-    runs = []
-    batches = [("weak", b) for b in spec.per_device_batch if "weak" in spec.scaling]
-    batches += [("strong", b) for b in spec.global_batch if "strong" in spec.scaling]
-    for backend, (scaling, batch), precision, n, trial in itertools.product(
-        backends, batches, spec.precision, devices, range(trials or spec.trials)
-    ):
-        options = dataclasses.asdict(spec.backend_options(backend))
-        strategies = options.pop("strategies")
-        if "compile_cache_dir" in options and not options["compile_cache_dir"]:
-            options["compile_cache_dir"] = spec.compile_cache_dir
-        if scaling == "strong" and batch % n:
-            raise SpecError(src, "global_batch", f"strong scaling splits global_batch {batch} over {n} "
-                                                 f"devices: {batch} is not divisible by {n}")
-        per_device = batch if scaling == "weak" else batch // n
-        global_batch = per_device * n
-        steps_per_epoch, total_steps, epochs = _steps(spec, info, global_batch)
-        for strategy in strategies:
-            run = Run(
-                run_id=uuid.uuid4().hex[:12], spec_name=spec.name, spec_hash=digest, source=src,
-                backend=backend, strategy=strategy, trial=trial, model=spec.model,
-                dataset=spec.dataset, data_path=spec.data_path, image_size=info.image_size,
-                channels=info.channels, num_classes=info.num_classes,
-                synthetic_size=max(spec.synthetic_size, global_batch), device_kind=kind, devices=n,
-                hosts=hosts, scaling=scaling, per_device_batch=per_device, global_batch=global_batch,
-                precision=precision, compile=spec.compile,
-                # A pipeline normalises each micro-batch on its own: its rows say so rather than echo the spec.
-                sync_bn=spec.sync_bn and model.has_batchnorm and strategy != "pipeline",
-                lr=spec.optimizer.lr * global_batch / 256, momentum=spec.optimizer.momentum,
-                weight_decay=spec.optimizer.weight_decay, nesterov=spec.optimizer.nesterov,
-                schedule=spec.optimizer.schedule, warmup_epochs=spec.optimizer.warmup_epochs,
-                epochs=epochs, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
-                warmup_steps=spec.timing.warmup_steps, windows=spec.timing.windows,
-                window_steps=spec.timing.window_steps, seed=spec.seed,
-                target_accuracy=spec.target_accuracy, timeout_s=spec.timeout_s, options=options,
-                host_rank=host_rank, coordinator=coordinator, model_parallel=spec.model_parallel,
-                microbatches=spec.microbatches, spread_limit=spec.timing.spread_limit,
-                data=dataclasses.asdict(spec.data),
-            )
-            problem = getattr(backend_module(backend), "unsupported", lambda _: None)(run)
-            if problem:
-                raise SpecError(src, f"{backend}.strategies", problem)
-            input_problem = input_unsupported(run)
-            if input_problem:
-                raise SpecError(src, *input_problem)
-            runs.append(run)
-    return runs
+AnyRun = Run | InferRun
 
 
-def not_supported(run: Run) -> str | None:
-    """What the run's framework lacks for it (a native mechanism, a feature of this version): such a
-    run is not an error in the spec but a ``skipped`` row saying so, so a comparison shows the gap."""
-    return getattr(backend_module(run.backend), "not_supported", lambda _: None)(run)
+@dataclass
+class Outcome:
+    """What came back from one process tree."""
+
+    status: str  # ok | failed
+    result: dict = field(default_factory=dict)
+    error: str = ""
+    wall_s: float = 0.0
+    log_tail: list[str] = field(default_factory=list)
 
 
-def _check_devices(spec: Spec, kind: str, devices: tuple[int, ...], hosts: int) -> None:
-    src = spec.source
-    for n in devices:
-        if n < 1:
-            raise SpecError(src, "devices", f"expected device counts >= 1, found {n}")
-        if n % hosts:
-            raise SpecError(src, "devices", f"{n} devices cannot be split evenly over {hosts} hosts")
-    most = max(devices) // hosts
-    if kind == "gpu":
-        available = count_gpus()
-        if most > available:
-            raise SpecError(src, "devices", f"{most} GPUs per host requested, {available} found on this host")
-    elif most > MAX_EMULATED_DEVICES:
-        raise SpecError(src, "devices", f"{most} emulated CPU devices per host requested; at most "
-                                        f"{MAX_EMULATED_DEVICES} are allowed on this machine")
+def from_plain(cls: Any, value: Any) -> Any:
+    """A dataclass (or tuple, or scalar) of type ``cls`` rebuilt from what ``dataclasses.asdict`` and JSON
+    made of it: nested tables become their dataclasses again and lists their tuples."""
+    if dataclasses.is_dataclass(cls):
+        hints = typing.get_type_hints(cls)
+        known = {f.name for f in dataclasses.fields(cls) if f.init}
+        return cls(**{k: from_plain(hints[k], v) for k, v in value.items() if k in known})
+    if typing.get_origin(cls) is tuple:
+        args = typing.get_args(cls)
+        item = args[0] if len(args) == 2 and args[1] is Ellipsis else None
+        return tuple(from_plain(item or args[i], v) for i, v in enumerate(value))
+    return value
 
 
-def _steps(spec: Spec, info: Any, global_batch: int) -> tuple[int, int, int]:
-    """(steps_per_epoch, total_steps, epochs) for one global batch, validated against the timing."""
-    t = spec.timing
-    if spec.dataset in ("synthetic", "video"):  # a stream of steps, no epochs or test split
-        needed = protocol_steps(t.warmup_steps, t.windows, t.window_steps)
-        total = spec.steps or needed
-        steps_per_epoch, epochs = 0, 0
-    else:
-        steps_per_epoch = info.train_size // global_batch
-        if steps_per_epoch == 0:
-            raise SpecError(spec.source, "per_device_batch",
-                            f"global batch {global_batch} exceeds the {info.train_size} training images of "
-                            f"{spec.dataset}")
-        total, epochs = spec.epochs * steps_per_epoch, spec.epochs
-    try:
-        plan_windows(total, steps_per_epoch, t.warmup_steps, t.windows, t.window_steps)
-    except ValueError as exc:
-        field_name = "steps" if spec.dataset in ("synthetic", "video") else "epochs"
-        raise SpecError(spec.source, field_name, f"{exc} (global batch {global_batch})") from None
-    return steps_per_epoch, total, epochs
+def run_from_json(text: str) -> AnyRun:
+    fields = json.loads(text)
+    cls = InferRun if fields.pop("mode", "train") == "infer" else Run
+    options = OPTIONS_OF[fields["backend"]]
+    fields["options"] = from_plain(options, fields["options"])
+    hints = typing.get_type_hints(cls)
+    return cls(**{k: v if k == "options" else from_plain(hints[k], v) for k, v in fields.items()})

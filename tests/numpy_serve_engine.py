@@ -67,8 +67,8 @@ class NumpyEngine:
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from cnnbench import faults
     from cnnbench.infer.server import InferenceService, ServeConfig, run_server
-    from cnnbench.run import faults
 
     port, compute_ms, max_batch, max_queue, deadline_ms = sys.argv[1:6]
     batching = sys.argv[6] if len(sys.argv) > 6 else "dynamic"

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
+from cnnbench import faults
 from cnnbench.report import health, traces
-from cnnbench.run import faults, gpu_monitor
+from cnnbench.run import gpu_monitor
 from cnnbench.table import store
 from tests.conftest import run_cli, write_spec
 
@@ -191,7 +192,7 @@ def test_pitfall_switches_reach_the_launch_environment(tmp_path):
     import dataclasses
 
     import backends
-    from cnnbench.runs import expand
+    from cnnbench.expand import expand
     from cnnbench.spec import parse_spec_text
 
     text = SPEC.replace('"BACKEND"', '"torch", "jax"').replace("CACHE", str(tmp_path / "c"))

@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent("""
     import numpy as np
     import backends
     from cnnbench.data.normalize import normalize_uint8_nhwc, synthetic_uint8_nhwc
-    from cnnbench.infer.plan import Variant
+    from cnnbench.runs import Variant
     from cnnbench.parity.probe import probe_run
 
     framework, channels = sys.argv[1], 3

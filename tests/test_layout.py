@@ -7,14 +7,14 @@ from import_graph import find_cycles, import_graph, module_level_framework_impor
 
 # The three loops the flat layout had, each as the lazy import that closed it: putting one back must fail.
 OLD_LOOPS = {
-    "backends.torch.ddp": "from backends.torch.pipeline import PipelineTrainer",
-    "backends.jax.spmd": "from backends.jax.pipeline import JaxPipelineTrainer",
-    "backends.tensorflow.mirrored": "from backends.tensorflow.infer import TFInference",
+    "backends.torch.train": "from backends.torch.pipeline import PipelineTrainer",
+    "backends.jax.train": "from backends.jax.pipeline import JaxPipelineTrainer",
+    "backends.tensorflow.train": "from backends.tensorflow.infer import TFInference",
 }
 CLOSERS = {
-    "backends.torch.pipeline": "from backends.torch.ddp import TorchTrainer",
-    "backends.jax.pipeline": "from backends.jax.spmd import JaxTrainer",
-    "backends.tensorflow.infer": "from backends.tensorflow.mirrored import TFTrainer",
+    "backends.torch.pipeline": "from backends.torch.train import TorchTrainer",
+    "backends.jax.pipeline": "from backends.jax.train import JaxTrainer",
+    "backends.tensorflow.infer": "from backends.tensorflow.train import TFTrainer",
 }
 
 

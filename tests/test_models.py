@@ -67,7 +67,9 @@ def test_pipeline_stages_are_contiguous_even_runs_of_pieces_and_too_many_are_ref
     assert split_points(pipeline_pieces("resnet50"), 4) == [(0, 4), (4, 9), (9, 14), (14, 18)]
     too_many = probe_run("jax", "pipeline", "smallcnn", devices=4, image_size=8, channels=1, num_classes=10,
                          global_batch=8)
-    assert pipeline_unsupported(too_many) == "4 pipeline stages, but smallcnn splits into 3 pieces (stem, blocks, head)"
+    refusal = pipeline_unsupported(too_many.model, too_many.devices, too_many.hosts, too_many.global_batch,
+                                   too_many.microbatches)
+    assert refusal == "4 pipeline stages, but smallcnn splits into 3 pieces (stem, blocks, head)"
     fits = probe_run("torch", "pipeline", "smallcnn", devices=2, image_size=8, channels=1, num_classes=10,
                      global_batch=8, microbatches=4)
-    assert pipeline_unsupported(fits) is None
+    assert pipeline_unsupported(fits.model, fits.devices, fits.hosts, fits.global_batch, fits.microbatches) is None

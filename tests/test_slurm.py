@@ -34,7 +34,7 @@ from cnnbench.cluster.slurm import (
     row_may_still_show,
 )
 from cnnbench.errors import SpecError
-from cnnbench.runs import expand
+from cnnbench.expand import expand
 from cnnbench.spec import parse_spec_text
 from cnnbench.table import store
 

@@ -6,7 +6,7 @@ import pytest
 from conftest import TINY_DIGITS, run_cli, write_spec
 
 from cnnbench.errors import SpecError
-from cnnbench.runs import expand, plan_windows
+from cnnbench.expand import expand, plan_windows
 from cnnbench.spec import load_spec, parse_spec_text, spec_hash
 from cnnbench.table import store
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from cnnbench.expand import expand
 from cnnbench.report.train import build_report
 from cnnbench.run.execute import _summary
-from cnnbench.run.launch import Outcome
-from cnnbench.runs import expand
+from cnnbench.run.rows import outcome_row
+from cnnbench.runs import Outcome
 from cnnbench.spec import parse_spec_text, spec_hash
 from cnnbench.table import store
-from cnnbench.table.rows import outcome_row
 from cnnbench.table.spread import noisy_note, step_time_spread
 
 SPEC = """

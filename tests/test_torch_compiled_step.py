@@ -21,10 +21,10 @@ SCRIPT = textwrap.dedent("""
     import dataclasses, json
     import numpy as np
     import torch, torch._dynamo.utils
-    from backends.torch.ddp import TorchTrainer
+    from backends.torch.train import TorchTrainer
     from cnnbench.data.arrays import synthetic_dataset
     from cnnbench.parity.probe import probe_run
-    from cnnbench.run.contract import BuildContext
+    from cnnbench.backend import BuildContext
 
     base = probe_run("torch", "ddp", "smallcnn", image_size=8, channels=1, num_classes=10, global_batch=16,
                      momentum=0.9, weight_decay=5e-4)

@@ -1,7 +1,7 @@
 """JAX/Flax backend's face: the contract functions, the trainer chosen by strategy.
 
 - ``sharded``, ``pmap``, ``tensor``, ``data+tensor``: one jitted step over a device mesh, or
-  ``jax.pmap`` (:mod:`backends.jax.spmd`).
+  ``jax.pmap`` (:mod:`backends.jax.train`).
 - ``pipeline``: one stage per device, GPipe micro-batches (:mod:`backends.jax.pipeline`).
 
 Emulated devices come from ``--xla_force_host_platform_device_count``, set here in the launch layout
@@ -14,18 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from cnnbench import envinfo
+from cnnbench.backend import BuildContext, Layout
 from cnnbench.model.pipeline import pipeline_unsupported
-from cnnbench.run.contract import BuildContext
-from cnnbench.run.launch import Layout
 from cnnbench.runs import Run
 
 
 def version() -> str | None:
     return envinfo.backend_version("jax")
 
-
-def strategies() -> tuple[str, ...]:
-    return ("sharded", "pmap", "tensor", "data+tensor", "pipeline")
 
 
 def unsupported(run: Run) -> str | None:
@@ -38,19 +34,19 @@ def unsupported(run: Run) -> str | None:
     if run.strategy in ("tensor", "data+tensor") and run.hosts > 1:
         return "tensor parallel strategies run on one host here"
     if run.strategy == "pipeline":
-        return pipeline_unsupported(run)
+        return pipeline_unsupported(run.model, run.devices, run.hosts, run.global_batch, run.microbatches)
     return None
 
 
 def launch_layout(run: Run) -> Layout:
     env = {"TF_CPP_MIN_LOG_LEVEL": "2"}
-    flags = [run.options.get("xla_flags", "")]
+    flags = [run.options.xla_flags]
     if run.device_kind == "cpu":
         env["JAX_PLATFORMS"] = "cpu"
         flags.insert(0, f"--xla_force_host_platform_device_count={run.devices_per_host}")
     if any(flags):
         env["XLA_FLAGS"] = " ".join(f for f in flags if f)
-    cache = run.options.get("compile_cache_dir")
+    cache = run.options.compile_cache_dir
     if cache:  # JAX reads these at import: every compilation is kept, however quick
         env.update(JAX_COMPILATION_CACHE_DIR=str(Path(cache).expanduser().resolve() / "jax"),
                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
@@ -62,7 +58,7 @@ def build(run: Run, ctx: BuildContext):
         from backends.jax.pipeline import JaxPipelineTrainer
 
         return JaxPipelineTrainer(run, ctx)
-    from backends.jax.spmd import JaxTrainer
+    from backends.jax.train import JaxTrainer
 
     return JaxTrainer(run, ctx)
 

@@ -19,8 +19,7 @@ from backends import profilers
 from backends.jax.models import build_model
 from cnnbench import envinfo
 from cnnbench.data.normalize import channel_scale_shift
-from cnnbench.infer.plan import Variant
-from cnnbench.runs import Run
+from cnnbench.runs import Run, Variant
 
 
 class JaxInference:

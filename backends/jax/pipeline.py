@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from backends.jax.common import compute_dtype, make_optimizer, run_devices
-from backends.jax.spmd import JaxTrainer
+from backends.jax.train import JaxTrainer
+from cnnbench.backend import BuildContext
 from cnnbench.model.pipeline import pipeline_pieces, split_points
-from cnnbench.run.contract import BuildContext
 from cnnbench.runs import Run
 
 

@@ -20,8 +20,7 @@ import numpy as np
 from backends.jax.infer import JaxInference
 from cnnbench.data.normalize import channel_scale_shift
 from cnnbench.infer.batcher import padded_size
-from cnnbench.infer.plan import Variant
-from cnnbench.runs import Run
+from cnnbench.runs import Run, Variant
 
 
 class JaxServeEngine:

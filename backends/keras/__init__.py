@@ -1,5 +1,5 @@
 """Keras 3 backend's face: the contract functions; one Keras model trained by ``model.fit`` on the
-engine that the strategy names (:mod:`backends.keras.engines`).
+engine that the strategy names (:mod:`backends.keras.train`).
 
 Each strategy runs in its own process with ``KERAS_BACKEND`` set before Keras is imported; nothing
 here imports Keras or an engine.
@@ -8,9 +8,8 @@ here imports Keras or an engine.
 from __future__ import annotations
 
 from cnnbench import envinfo
+from cnnbench.backend import BuildContext, Layout
 from cnnbench.model.facts import MODELS
-from cnnbench.run.contract import BuildContext
-from cnnbench.run.launch import Layout
 from cnnbench.runs import Run
 
 ENGINES = {"keras-jax": "jax", "keras-torch": "torch", "keras-tensorflow": "tensorflow"}
@@ -19,9 +18,6 @@ ENGINES = {"keras-jax": "jax", "keras-torch": "torch", "keras-tensorflow": "tens
 def version() -> str | None:
     return envinfo.package_version("keras")
 
-
-def strategies() -> tuple[str, ...]:
-    return tuple(ENGINES)
 
 
 def engines_with_distribution() -> tuple[str, ...]:
@@ -71,7 +67,7 @@ def launch_layout(run: Run) -> Layout:
 
 
 def build(run: Run, ctx: BuildContext):
-    from backends.keras.engines import KerasTrainer
+    from backends.keras.train import KerasTrainer
 
     return KerasTrainer(run, ctx)
 

@@ -1,7 +1,7 @@
 """TensorFlow/Keras backend's face: the contract functions, the trainer chosen by strategy.
 
 - ``mirrored``, ``fit``: tf.distribute.MirroredStrategy (MultiWorkerMirroredStrategy across hosts),
-  :mod:`backends.tensorflow.mirrored`.
+  :mod:`backends.tensorflow.train`.
 - inference: :mod:`backends.tensorflow.infer`.
 
 Which devices a process uses is decided in :mod:`backends.tensorflow.devices`, before any TensorFlow
@@ -14,17 +14,13 @@ import json
 
 from backends.tensorflow.devices import tf_config
 from cnnbench import envinfo
-from cnnbench.run.contract import BuildContext
-from cnnbench.run.launch import Layout
+from cnnbench.backend import BuildContext, Layout
 from cnnbench.runs import Run
 
 
 def version() -> str | None:
     return envinfo.backend_version("tensorflow")
 
-
-def strategies() -> tuple[str, ...]:
-    return ("mirrored", "fit")
 
 
 def not_supported(run: Run) -> str | None:
@@ -55,7 +51,7 @@ def launch_layout(run: Run) -> Layout:
 
 
 def build(run: Run, ctx: BuildContext):
-    from backends.tensorflow.mirrored import TFTrainer
+    from backends.tensorflow.train import TFTrainer
 
     return TFTrainer(run, ctx)
 

@@ -10,8 +10,7 @@ import numpy as np
 
 from backends import profilers
 from cnnbench import envinfo
-from cnnbench.infer.plan import Variant
-from cnnbench.runs import Run
+from cnnbench.runs import Run, Variant
 
 
 class TFInference:

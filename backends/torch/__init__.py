@@ -1,6 +1,6 @@
 """PyTorch backend's face: the contract functions, the trainer chosen by strategy.
 
-``ddp`` (:mod:`backends.torch.ddp`): DistributedDataParallel, one process per device, started by
+``ddp`` (:mod:`backends.torch.train`): DistributedDataParallel, one process per device, started by
 torchrun; gloo on CPU (emulated devices: N processes sharing the cores), NCCL on GPU (one process per
 GPU; a single process trains the bare model in its group of one unless ``wrap_ddp_single``). ``pipeline``
 (:mod:`backends.torch.pipeline`): one process per stage, GPipe. PyTorch is imported only inside the
@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from cnnbench import envinfo
+from cnnbench.backend import BuildContext, Layout
 from cnnbench.model.pipeline import pipeline_unsupported
-from cnnbench.run.contract import BuildContext
-from cnnbench.run.launch import Layout, cpu_threads_per_process
+from cnnbench.run.launch import cpu_threads_per_process
 from cnnbench.runs import Run
 
 
@@ -22,18 +22,15 @@ def version() -> str | None:
     return envinfo.backend_version("torch")
 
 
-def strategies() -> tuple[str, ...]:
-    return ("ddp", "pipeline")
-
 
 def launch_layout(run: Run) -> Layout:
     processes = run.devices_per_host
     env = {"OMP_NUM_THREADS": str(cpu_threads_per_process(processes))}
     if run.device_kind == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run must not touch a GPU that happens to be there
-    if run.options.get("deterministic"):  # cuBLAS refuses deterministic mode without a fixed workspace
+    if run.options.deterministic:  # cuBLAS refuses deterministic mode without a fixed workspace
         env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
-    cache = run.options.get("compile_cache_dir")
+    cache = run.options.compile_cache_dir
     if cache:  # read when inductor first starts: set before the worker imports torch
         env.update(TORCHINDUCTOR_CACHE_DIR=str(Path(cache).expanduser().resolve() / "torch"),
                    TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
@@ -65,7 +62,7 @@ def not_supported(run: Run) -> str | None:
 def unsupported(run: Run) -> str | None:
     """Why a configuration is impossible here (the spec is refused before anything is launched)."""
     if run.strategy == "pipeline":
-        return pipeline_unsupported(run)
+        return pipeline_unsupported(run.model, run.devices, run.hosts, run.global_batch, run.microbatches)
     return None
 
 
@@ -74,7 +71,7 @@ def build(run: Run, ctx: BuildContext):
         from backends.torch.pipeline import PipelineTrainer
 
         return PipelineTrainer(run, ctx)
-    from backends.torch.ddp import TorchTrainer
+    from backends.torch.train import TorchTrainer
 
     return TorchTrainer(run, ctx)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from cnnbench.options import TorchOptions
+
 
 def optimizer_kwargs(impl: str, on_gpu: bool) -> dict[str, bool]:
     """torch.optim.SGD's implementation switch: one fused kernel, foreach (multi-tensor) or a loop."""
@@ -10,12 +12,12 @@ def optimizer_kwargs(impl: str, on_gpu: bool) -> dict[str, bool]:
     return {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[impl]
 
 
-def apply_cudnn_options(options: dict) -> None:
+def apply_cudnn_options(options: TorchOptions) -> None:
     """``[torch] cudnn_benchmark`` (default on) and ``deterministic`` for a GPU process."""
     import torch
 
-    deterministic = bool(options.get("deterministic", False))
-    torch.backends.cudnn.benchmark = bool(options.get("cudnn_benchmark", True))
+    deterministic = options.deterministic
+    torch.backends.cudnn.benchmark = options.cudnn_benchmark
     torch.backends.cudnn.deterministic = deterministic
     if deterministic:  # cuBLAS needs CUBLAS_WORKSPACE_CONFIG, set by the launch layout
         # warn_only: an op with no deterministic CUDA kernel (e.g. the backward of an adaptive average

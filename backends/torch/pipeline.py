@@ -18,10 +18,10 @@ import torch.distributed as dist
 from torch import nn
 
 from backends.torch.common import optimizer_kwargs
-from backends.torch.ddp import TorchTrainer
 from backends.torch.models import ResNet, SmallCNN, build_model
+from backends.torch.train import TorchTrainer
+from cnnbench.backend import BuildContext
 from cnnbench.model.pipeline import pipeline_pieces, split_points
-from cnnbench.run.contract import BuildContext
 from cnnbench.runs import Run
 
 
@@ -66,7 +66,7 @@ class PipelineTrainer(TorchTrainer):
         self.optimizer = torch.optim.SGD(
             self.stage_module.parameters(), lr=float(ctx.lr_table[0]), momentum=run.momentum,
             weight_decay=run.weight_decay, nesterov=run.nesterov,
-            **optimizer_kwargs(run.options.get("optimizer_impl", "auto"), on_gpu))
+            **optimizer_kwargs(run.options.optimizer_impl, on_gpu))
         self.scaler = None
         self.lr_table = [float(v) for v in ctx.lr_table]
         self.step_count, self.loss_steps = 0, 0

@@ -26,8 +26,7 @@ import torch
 from backends.torch.infer import TorchInference
 from cnnbench.data.normalize import channel_scale_shift
 from cnnbench.infer.batcher import padded_size
-from cnnbench.infer.plan import Variant
-from cnnbench.runs import Run
+from cnnbench.runs import Run, Variant
 
 
 class TorchServeEngine:

@@ -15,19 +15,19 @@ import sys
 from pathlib import Path
 
 from cnnbench.cluster.allocation import AllocationError, placement
-from cnnbench.runs import Run
+from cnnbench.runs import run_from_json
 
 
 def main(argv: list[str]) -> int:
     from cnnbench.run.execute import execute_one
-    from cnnbench.run.launch import Outcome
+    from cnnbench.run.rows import outcome_row
+    from cnnbench.runs import Outcome
     from cnnbench.table import store
-    from cnnbench.table.rows import outcome_row
 
     if len(argv) != 2:
         print("usage: python -m cnnbench.cluster.job RUN_JSON ROWS_CSV", file=sys.stderr)
         return 2
-    run = Run.from_json(Path(argv[0]).read_text())
+    run = run_from_json(Path(argv[0]).read_text())
     rows_csv = Path(argv[1])
     try:
         place = placement(os.environ)

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from cnnbench.errors import SpecError, UserError
-from cnnbench.runs import Run
-from cnnbench.spec import SlurmSpec, check_sbatch_lines
+from cnnbench.options import SlurmSpec
+from cnnbench.runs import Run, run_from_json
+from cnnbench.spec import check_sbatch_lines
 
 # A job's processes start, import their framework and rendezvous before the run's own timeout_s
 # starts counting; the Slurm limit leaves room for that, so that our timeout (which writes a row)
@@ -330,7 +331,7 @@ class Ledger:
             elif "run_id" in entry:
                 files = JobFiles(self.folder, entry["run_id"])
                 if files.run_json.exists():
-                    tracked[entry["job_id"]] = TrackedJob(entry["job_id"], Run.from_json(files.run_json.read_text()),
+                    tracked[entry["job_id"]] = TrackedJob(entry["job_id"], run_from_json(files.run_json.read_text()),
                                                           files)
         return list(tracked.values())
 
@@ -347,8 +348,8 @@ def _row_key(row: dict[str, Any]) -> tuple:
 
 def killed_row(job: TrackedJob, state: JobState | None) -> dict[str, Any]:
     """The failed row of a job that ended without writing one."""
-    from cnnbench.run.launch import Outcome
-    from cnnbench.table.rows import outcome_row
+    from cnnbench.run.rows import outcome_row
+    from cnnbench.runs import Outcome
 
     if state is None:
         what = ("ended; its state is unknown (slurmctld no longer holds it and no accounting storage "

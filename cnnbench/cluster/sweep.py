@@ -18,10 +18,11 @@ from cnnbench.cluster.slurm import (
     resources,
     submit_runs,
 )
+from cnnbench.expand import not_supported
+from cnnbench.options import SlurmSpec
 from cnnbench.run.execute import run_key, split_done
-from cnnbench.runs import Run, not_supported
-from cnnbench.spec import SlurmSpec
-from cnnbench.table.rows import skipped_row
+from cnnbench.run.rows import skipped_row
+from cnnbench.runs import Run
 
 
 def _say(text: str) -> None:

@@ -46,7 +46,7 @@ def input_unsupported(run: Any) -> tuple[str, str] | None:
     if run.dataset in ("image_folder", "video") and not reads_uint8(run):
         paths = ", ".join(f"{b}/{s}" for b, strategies in UINT8_STRATEGIES.items() for s in strategies)
         return "dataset", f"{run.backend}/{run.strategy} reads array datasets only; {run.dataset} trains under {paths}"
-    if (run.data or {}).get("decode_device") == "gpu":
+    if run.data.decode_device == "gpu":
         if run.device_kind != "gpu":
             return "data.decode_device", "\"gpu\" (nvJPEG) needs a GPU run; this run is on the CPU: use \"cpu\""
         if run.backend != "torch":
@@ -203,8 +203,8 @@ def _cifar10_index(count: int) -> files.FileIndex:
 def plan_for(run: Any, arrays: np.ndarray | None = None, labels: np.ndarray | None = None) -> InputPlan:
     """The input plan of a run on a uint8 dataset; ``arrays``/``labels``: cifar10's training images
     (uint8 NHWC) held in memory."""
-    data = run.data or {}
-    augment = data.get("augment", "auto")
+    data = run.data  # the [data] table (cnnbench.options.DataSpec)
+    augment = data.augment
     if run.dataset == "cifar10":
         if arrays is None or labels is None:
             raise ValueError("cifar10 needs its uint8 arrays")
@@ -215,18 +215,18 @@ def plan_for(run: Any, arrays: np.ndarray | None = None, labels: np.ndarray | No
     else:
         from cnnbench.data.catalog import scan
 
-        index = scan(run.dataset, run.data_path, data.get("frames", 0))
-        files.check_sizes(index, tuple(run.image_size), data.get("resize", True))
+        index = scan(run.dataset, run.data_path, data.frames)
+        files.check_sizes(index, tuple(run.image_size), data.resize)
         labels = np.maximum(index.labels, 0)
-        train_items, test_items = files.split(index, data.get("test_fraction", 0.2))
+        train_items, test_items = files.split(index, data.test_fraction)
         video = run.dataset == "video"
         train_kind = ("none" if video else "random_resized_crop") if augment == "auto" else augment
         eval_kind = "none" if video else "center"
-        if not data.get("resize", True):
+        if not data.resize:
             train_kind = eval_kind = "none"
         mean, std = IMAGENET_MEAN, IMAGENET_STD
         # A video is read in order unless a shuffle buffer is asked for (seeks are expensive).
-        shuffle = not video or bool(data.get("shuffle_buffer", 0))
+        shuffle = not video or bool(data.shuffle_buffer)
     return InputPlan(
         dataset=run.dataset, index=index, arrays=arrays, labels=np.asarray(labels, np.int64),
         train_items=train_items, test_items=test_items, out_hw=tuple(run.image_size), train_kind=train_kind,

@@ -27,30 +27,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-
-class ServeEngine(Protocol):
-    """A model on one device, fed from host staging buffers of uint8 NHWC images."""
-
-    image_shape: tuple[int, int, int]  # (H, W, C) of one request
-    pad_multiple: int  # launches pad each batch to a multiple of this (compiled models see few shapes)
-
-    def staging_buffers(self, count: int, max_batch: int) -> list[np.ndarray]:
-        """``count`` host buffers of shape (max_batch, H, W, C), uint8 (page-locked on a GPU)."""
-
-    def launch(self, index: int, valid: int) -> Any:
-        """Start copy + forward of the first ``valid`` images of buffer ``index``; do not wait."""
-
-    def collect(self, handle: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Wait for a launched batch: (top-k class ids, top-k probabilities), ``valid`` rows each."""
-
-    def infer_now(self, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The plain path: one synchronous forward of these images, no staging, no batching."""
-
-    def device_name(self) -> str: ...
+from cnnbench.backend import ServeEngine
 
 
 def padded_size(valid: int, multiple: int, cap: int) -> int:

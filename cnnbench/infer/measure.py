@@ -17,41 +17,19 @@ A backend supplies an :class:`InferenceModel` through ``build_inference(run, var
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from cnnbench.infer.plan import Variant, job_label
+from cnnbench.backend import InferenceModel
 from cnnbench.infer.serving import MicroBatcher, run_open_loop
-from cnnbench.runs import Run
-
-
-class InferenceModel(Protocol):
-    def host_batch(self, images: np.ndarray, input: str | None = None) -> Any:
-        """Images -> the batch where ``input`` (default: the variant's own) starts it, untimed:
-        float32 NCHW images for the float32 inputs and ``resident`` (placed on the device), uint8
-        NHWC pixels for ``uint8_pinned``."""
-
-    def infer(self, host_batch: Any) -> Any:
-        """Copy to the device (unless resident), convert and normalise uint8 there, run the forward
-        pass; asynchronous where the framework is."""
-
-    def fetch(self, output: Any) -> np.ndarray:
-        """Logits on the host, float32 (waits for them)."""
-
-    def sync(self) -> None: ...
-
-    def profiler(self, directory: Path) -> contextlib.AbstractContextManager: ...
-
-    def device_name(self) -> str: ...
-
-    def peak_memory_bytes(self) -> int | None: ...
+from cnnbench.runs import InferJob, InferRun, Variant
 
 
 def pad_to_multiple(images: np.ndarray, multiple: int) -> tuple[np.ndarray, int]:
@@ -106,7 +84,7 @@ class InferImages:
         return self.uint8_nhwc if source.startswith("uint8") else self.float32_nchw
 
 
-def measure_batches(model: InferenceModel, images: InferImages, variant: Variant, run: Run,
+def measure_batches(model: InferenceModel, images: InferImages, variant: Variant, run: InferRun,
                     latency_samples: int, into: Measurement | None = None,
                     profile_to: Path | None = None) -> Measurement:
     """Time one variant at one batch size (first call, warm-up, windows, then latency samples);
@@ -140,14 +118,14 @@ def measure_batches(model: InferenceModel, images: InferImages, variant: Variant
     return into
 
 
-def serve_under_load(model: InferenceModel, images: np.ndarray, job: dict[str, Any], seed: int) -> dict[str, Any]:
-    multiple, max_batch = job["pad_multiple"], job["batch"]
+def serve_under_load(model: InferenceModel, images: np.ndarray, job: InferJob, seed: int) -> dict[str, Any]:
+    multiple, max_batch = job.pad_multiple, job.batch
 
     def handler(batch: np.ndarray) -> np.ndarray:
         padded, valid = pad_to_multiple(batch, multiple)
         return model.fetch(model.infer(model.host_batch(padded)))[:valid]
 
-    batcher = MicroBatcher(handler, max_batch, job["timeout_ms"])
+    batcher = MicroBatcher(handler, max_batch, job.timeout_ms)
     # Run every padded shape the batcher can produce, in the batcher's own thread, before the clock
     # starts: compilation, autotuning and per-thread library handles (cuDNN, cuBLAS) are set up on
     # first use in each thread, and a slow first batch under load leaves a backlog behind it.
@@ -158,13 +136,13 @@ def serve_under_load(model: InferenceModel, images: np.ndarray, job: dict[str, A
     batcher.batch_sizes.clear()
     batcher.batch_ms.clear()
     try:
-        load = run_open_loop(batcher.submit, images, job["rate"], job["requests"], job["max_duration_s"],
+        load = run_open_loop(batcher.submit, images, job.rate, job.requests, job.max_duration_s,
                              seed, batch_sizes=lambda: batcher.batch_sizes)
     finally:
         batcher.close()
     return {"images_per_sec": load.achieved_rps, "requests": load.requests, "mean_batch": load.mean_batch,
             "step_time_ms_median": float(np.median(batcher.batch_ms)) if batcher.batch_ms else None,
-            "arrival_rate_rps": job["rate"], "max_batch": max_batch, "batch_timeout_ms": job["timeout_ms"],
+            "arrival_rate_rps": job.rate, "max_batch": max_batch, "batch_timeout_ms": job.timeout_ms,
             **{k: load.percentile(q) for k, q in (("latency_ms_p50", 50), ("latency_ms_p90", 90),
                                                    ("latency_ms_p99", 99))}}
 
@@ -173,7 +151,7 @@ def _failure(exc: BaseException) -> dict[str, Any]:
     return {"error": f"{type(exc).__name__}: {exc}".strip()}
 
 
-def run_inference(run: Run, build: Callable[[Run, Variant], InferenceModel], images: InferImages,
+def run_inference(run: InferRun, build: Callable[[InferRun, Variant], InferenceModel], images: InferImages,
                   log: Callable[[str], None]) -> dict[str, Any]:
     """Every job of the run's plan; a job that fails gets its error, the others still run.
 
@@ -183,29 +161,29 @@ def run_inference(run: Run, build: Callable[[Run, Variant], InferenceModel], ima
     measured in ``rounds`` interleaved rounds (baseline, toggle 1, ..., all; again ...), so that a
     slow spell of the machine (host copies from pageable memory vary a lot) does not land on one
     variant only; each row summarises all its rounds."""
-    jobs = run.infer["jobs"]
+    jobs = run.jobs
     results: list[dict[str, Any] | None] = [None] * len(jobs)
-    sweep_batches = [j["batch"] for j in jobs if j["kind"] == "sweep"]
+    sweep_batches = [j.batch for j in jobs if j.kind == "sweep"]
     profiled_batch = max(sweep_batches) if run.profile_dir and sweep_batches else None
     model, built_for = None, None
     for index, job in enumerate(jobs):
-        if job["kind"] == "ablation":
+        if job.kind == "ablation":
             continue
-        variant = Variant(**job["variant"])
-        config = Variant(**{**job["variant"], "name": "", "input": ""})
+        variant = job.variant
+        config = dataclasses.replace(variant, name="", input="")
         try:
             if built_for != config:
                 model, built_for = None, None  # free the previous model before building the next
                 model, built_for = build(run, variant), config
-            if job["kind"] == "serve":
+            if job.kind == "serve":
                 result = serve_under_load(model, images.float32_nchw, job, run.seed)
             else:
                 trace = None
-                if job["batch"] == profiled_batch:
-                    trace = Path(run.profile_dir) / f"{run.backend}-{run.precision}-b{job['batch']}"
+                if job.batch == profiled_batch:
+                    trace = Path(run.profile_dir) / f"{run.backend}-{run.precision}-b{job.batch}"
                     profiled_batch = None
-                result = measure_batches(model, images.first(job["batch"]), variant, run,
-                                         run.infer["latency_samples"], profile_to=trace).summary()
+                result = measure_batches(model, images.first(job.batch), variant, run,
+                                         run.latency_samples, profile_to=trace).summary()
             result.update(device_name=model.device_name(), peak_memory_bytes=model.peak_memory_bytes())
         except Exception as exc:  # noqa: BLE001 - one failing variant (e.g. a compiler error) is a failed row
             model, built_for, result = None, None, _failure(exc)
@@ -216,23 +194,23 @@ def run_inference(run: Run, build: Callable[[Run, Variant], InferenceModel], ima
     return {"jobs": results}
 
 
-def _run_ablation(run: Run, build: Callable[[Run, Variant], InferenceModel], images: InferImages,
-                  jobs: list[dict[str, Any]], results: list[dict[str, Any] | None],
+def _run_ablation(run: InferRun, build: Callable[[InferRun, Variant], InferenceModel], images: InferImages,
+                  jobs: tuple[InferJob, ...], results: list[dict[str, Any] | None],
                   log: Callable[[str], None]) -> None:
-    indices = [i for i, job in enumerate(jobs) if job["kind"] == "ablation"]
+    indices = [i for i, job in enumerate(jobs) if job.kind == "ablation"]
     models: dict[int, InferenceModel] = {}
     for i in indices:
         try:
-            models[i] = build(run, Variant(**jobs[i]["variant"]))
+            models[i] = build(run, jobs[i].variant)
         except Exception as exc:  # noqa: BLE001
             results[i] = _failure(exc)
     measured: dict[int, Measurement] = {}
-    for _ in range(run.infer.get("rounds", 1)):
+    for _ in range(run.rounds):
         for i in list(models):
             job = jobs[i]
             try:
-                measured[i] = measure_batches(models[i], images.first(job["batch"]), Variant(**job["variant"]), run,
-                                              run.infer["latency_samples"], into=measured.get(i))
+                measured[i] = measure_batches(models[i], images.first(job.batch), job.variant, run,
+                                              run.latency_samples, into=measured.get(i))
             except Exception as exc:  # noqa: BLE001
                 results[i] = _failure(exc)
                 del models[i]
@@ -242,8 +220,8 @@ def _run_ablation(run: Run, build: Callable[[Run, Variant], InferenceModel], ima
         _log_job(log, jobs[i], results[i])
 
 
-def _log_job(log: Callable[[str], None], job: dict[str, Any], result: dict[str, Any]) -> None:
+def _log_job(log: Callable[[str], None], job: InferJob, result: dict[str, Any]) -> None:
     if "error" in result:
-        log(f"{job_label(job)}: failed: {result['error']}")
+        log(f"{job.label}: failed: {result['error']}")
     else:
-        log(f"{job_label(job)}: {result['images_per_sec']:.0f} img/s, p50 {result['latency_ms_p50']:.2f} ms")
+        log(f"{job.label}: {result['images_per_sec']:.0f} img/s, p50 {result['latency_ms_p50']:.2f} ms")

@@ -19,41 +19,15 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
-from backends import load as backend_module
+from cnnbench.backend import load as load_backend
 from cnnbench.errors import SpecError
-from cnnbench.runs import Run, resolve_device_kind
+from cnnbench.expand import resolve_device_kind
+from cnnbench.runs import InferJob, InferRun, Variant
 from cnnbench.spec import Spec, dataset_info_for, spec_hash
 
 SERVE_BACKENDS = ("torch", "jax")  # backends with a `build_serve_engine`
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One inference configuration of a model."""
-
-    name: str
-    precision: str = "fp32"
-    compile: bool = False
-    compile_mode: str = "default"
-    channels_last: bool = False
-    # Where each batch starts (one of spec.INFER_INPUTS): resident on the device; uint8 NHWC in
-    # pinned host memory, converted and normalised on the device; float32 (normalised on the
-    # host) in pinned or in pageable memory. Pinned copies are issued with non_blocking.
-    input: str = "float32_pageable"
-    pad_multiple: int = 0  # pad every batch up to a multiple of this (0: never)
-    cuda_graphs: bool = False  # serving (PyTorch on a GPU): one captured CUDA graph per padded batch shape
-
-    @property
-    def pinned(self) -> bool:
-        return self.input.endswith("_pinned")
-
-    def options_text(self) -> str:
-        text = (f"channels_last={self.channels_last};compile_mode={self.compile_mode};"
-                f"input={self.input};pad_multiple={self.pad_multiple}")
-        return text + ";cuda_graphs=True" if self.cuda_graphs else text
 
 
 def sweep_variants(spec: Spec, backend: str, precision: str) -> list[Variant]:
@@ -106,14 +80,11 @@ def _unsupported(backend: str, variant: Variant, device_kind: str, baseline: Var
         return f"{variant.name} changes nothing here"
     if variant.pinned and device_kind != "gpu":
         return "pinned memory speeds host-to-device copies; on CPU there is no copy"
-    problem = getattr(backend_module(backend), "infer_unsupported", None)
-    if problem is None:
-        return f"the {backend} backend has no inference path (use torch, tensorflow or jax)"
-    return problem(variant)
+    return load_backend(backend).infer_unsupported(variant)
 
 
 def expand_infer(spec: Spec, *, backends: tuple[str, ...] | None = None, device_kind: str | None = None,
-                 profile_dir: str = "") -> tuple[list[Run], list[tuple[Run, Variant, str]]]:
+                 profile_dir: str = "") -> tuple[list[InferRun], list[tuple[InferRun, Variant, str]]]:
     """(runs to launch, (run, variant, reason) of ablation toggles that are skipped)."""
     kind = device_kind or resolve_device_kind(spec.device)
     if spec.devices != (1,):
@@ -124,10 +95,10 @@ def expand_infer(spec: Spec, *, backends: tuple[str, ...] | None = None, device_
     runs, skipped = [], []
     for backend in backends:
         for index, precision in enumerate(spec.precision):
-            jobs: list[dict[str, Any]] = []
+            jobs: list[InferJob] = []
             sweeps = sweep_variants(spec, backend, precision)
             pageable = dataclasses.replace(sweeps[0], name="sweep", input="float32_pageable")
-            run = _infer_run(spec, backend, precision, kind, info, profile_dir, jobs)
+            run = _infer_run(spec, backend, precision, kind, info, profile_dir)
             reason = _unsupported(backend, pageable, kind, None)
             if reason:  # e.g. the keras backend, or fp16 on a CPU: one skipped row says why
                 skipped.append((run, pageable, reason))
@@ -137,8 +108,7 @@ def expand_infer(spec: Spec, *, backends: tuple[str, ...] | None = None, device_
                 if why:  # e.g. pinned memory on a CPU
                     skipped.append((run, sweep, why))
                     continue
-                jobs += [{"kind": "sweep", "variant": dataclasses.asdict(sweep), "batch": b}
-                         for b in infer.batch_sizes]
+                jobs += [InferJob("sweep", sweep, b) for b in infer.batch_sizes]
             if index == 0 and infer.ablation:
                 baseline, *toggles = ablation_variants(spec, backend)
                 applicable = [baseline]
@@ -150,28 +120,26 @@ def expand_infer(spec: Spec, *, backends: tuple[str, ...] | None = None, device_
                         applicable.append(variant)
                 combined = all_together(baseline, applicable[1:])
                 for variant in applicable + ([combined] if combined else []):
-                    jobs.append({"kind": "ablation", "variant": dataclasses.asdict(variant),
-                                 "batch": infer.ablation_batch})
+                    jobs.append(InferJob("ablation", variant, infer.ablation_batch))
             if index == 0:  # the in-process batcher copies float32 requests from pageable memory
                 jobs += serve_jobs(spec, pageable)
             if jobs:  # every input skipped (e.g. only pinned ones on a CPU): nothing to launch
-                runs.append(run)
+                runs.append(dataclasses.replace(run, jobs=tuple(jobs)))
     return runs, skipped
 
 
-def serve_jobs(spec: Spec, variant: Variant) -> list[dict[str, Any]]:
+def serve_jobs(spec: Spec, variant: Variant) -> list[InferJob]:
     """Each offered load with dynamic batching, then with batch = 1 (no waiting, no padding)."""
     serve, jobs = spec.serve, []
     for rate in serve.rates:
         for mode, max_batch, timeout in (("dynamic", serve.max_batch, serve.timeout_ms), ("batch1", 1, 0.0)):
-            jobs.append({"kind": "serve", "variant": dataclasses.asdict(dataclasses.replace(variant, name=mode)),
-                         "batch": max_batch, "rate": rate, "timeout_ms": timeout, "requests": serve.requests,
-                         "max_duration_s": serve.max_duration_s,
-                         "pad_multiple": serve.pad_multiple if max_batch > 1 else 1})
+            jobs.append(InferJob("serve", dataclasses.replace(variant, name=mode), max_batch, rate=rate,
+                                 timeout_ms=timeout, requests=serve.requests, max_duration_s=serve.max_duration_s,
+                                 pad_multiple=serve.pad_multiple if max_batch > 1 else 1))
     return jobs
 
 
-def serve_run(spec: Spec, backend: str, device_kind: str | None = None) -> tuple[Run, Variant]:
+def serve_run(spec: Spec, backend: str, device_kind: str | None = None) -> tuple[InferRun, Variant]:
     """The run and variant `cnnbench serve` builds its one model from: the spec's own configuration
     (its first precision), as the sweep measures it."""
     kind = device_kind or resolve_device_kind(spec.device)
@@ -188,31 +156,20 @@ def serve_run(spec: Spec, backend: str, device_kind: str | None = None) -> tuple
     reason = _unsupported(backend, variant, kind, None)
     if reason:
         raise SpecError(spec.source, "precision", f"serve: {backend}: {reason}")
-    return _infer_run(spec, backend, spec.precision[0], kind, dataset_info_for(spec), "", []), variant
+    return _infer_run(spec, backend, spec.precision[0], kind, dataset_info_for(spec), ""), variant
 
 
-def _infer_run(spec: Spec, backend: str, precision: str, kind: str, info: Any, profile_dir: str,
-               jobs: list[dict[str, Any]]) -> Run:
+def _infer_run(spec: Spec, backend: str, precision: str, kind: str, info: Any, profile_dir: str) -> InferRun:
     t = spec.timing
     largest = max(spec.infer.batch_sizes + (spec.infer.ablation_batch, spec.serve.max_batch))
-    options = dataclasses.asdict(spec.backend_options(backend))
-    options.pop("strategies")
-    return Run(
+    return InferRun(
         run_id=uuid.uuid4().hex[:12], spec_name=spec.name, spec_hash=spec_hash(spec), source=spec.source,
         backend=backend, strategy="infer", trial=0, model=spec.model, dataset=spec.dataset,
         data_path=spec.data_path, image_size=info.image_size, channels=info.channels,
         num_classes=info.num_classes, synthetic_size=largest, device_kind=kind, devices=1, hosts=1,
-        scaling="weak", per_device_batch=largest, global_batch=largest, precision=precision,
-        compile=spec.compile, sync_bn=False, lr=0.0, momentum=0.0, weight_decay=0.0, nesterov=False,
-        schedule="constant", warmup_epochs=0.0, epochs=0, steps_per_epoch=0, total_steps=0,
+        per_device_batch=largest, global_batch=largest, precision=precision, compile=spec.compile,
         warmup_steps=t.warmup_steps, windows=t.windows, window_steps=t.window_steps, seed=spec.seed,
-        target_accuracy=0.0, timeout_s=spec.timeout_s, options=options, mode="infer",
-        infer={"jobs": jobs, "latency_samples": spec.infer.latency_samples, "rounds": spec.infer.rounds},
-        profile_dir=profile_dir, spread_limit=t.spread_limit, data=dataclasses.asdict(spec.data),
+        timeout_s=spec.timeout_s, options=spec.run_options(backend), data=spec.data,
+        latency_samples=spec.infer.latency_samples, rounds=spec.infer.rounds,
+        profile_dir=profile_dir, spread_limit=t.spread_limit,
     )
-
-
-def job_label(job: dict[str, Any]) -> str:
-    if job["kind"] == "serve":
-        return f"serve {job['variant']['name']} {job['rate']:g} req/s"
-    return f"{job['kind']} {job['variant']['name']} b{job['batch']}"

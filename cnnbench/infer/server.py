@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from cnnbench.backend import ServeEngine
 from cnnbench.errors import UserError
-from cnnbench.infer.batcher import Closed, PipelinedBatcher, QueueFull, ServeEngine, batch_shapes
+from cnnbench.infer.batcher import Closed, PipelinedBatcher, QueueFull, batch_shapes
 from cnnbench.infer.images import BadInput, decode_image, raw_tensor
 
 BATCHING_MODES = ("dynamic", "none")
@@ -318,10 +319,10 @@ def serve_spec(spec: Any, backend: str | None, device_kind: str | None, override
     import dataclasses
     import os
 
-    import backends as registry
+    from cnnbench import faults
+    from cnnbench.backend import load as load_backend
     from cnnbench.infer.plan import serve_run
-    from cnnbench.run import faults
-    from cnnbench.table.rows import serve_http_row
+    from cnnbench.infer.rows import serve_http_row
 
     names = [backend] if backend else list(spec.backends)
     if len(names) != 1:
@@ -335,7 +336,7 @@ def serve_spec(spec: Any, backend: str | None, device_kind: str | None, override
     if config.batching != table.batching:
         spec = dataclasses.replace(spec, serve=dataclasses.replace(table, batching=config.batching))
     run, variant = serve_run(spec, names[0], device_kind)
-    module = registry.load(run.backend)
+    module = load_backend(run.backend)
     if run.device_kind == "cpu":
         # Intra-op threads of a CPU model fight the server's own threads (event loop, decoders, batcher)
         # for the cores: with all cores they made a 2-core machine 20x slower at low load.

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from cnnbench.model.facts import RESNET18_BLOCKS, RESNET50_BLOCKS
-from cnnbench.runs import Run
 
 
 def pipeline_pieces(model: str) -> int:
@@ -27,13 +26,13 @@ def split_points(count: int, stages: int) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
 
 
-def pipeline_unsupported(run: Run) -> str | None:
+def pipeline_unsupported(model: str, devices: int, hosts: int, global_batch: int, microbatches: int) -> str | None:
     """Why a pipeline run cannot be built: one stage per device, one host, whole micro-batches."""
-    if run.hosts > 1:
+    if hosts > 1:
         return "the pipeline strategy runs on one host here"
-    if run.devices > pipeline_pieces(run.model):
-        return (f"{run.devices} pipeline stages, but {run.model} splits into {pipeline_pieces(run.model)} "
+    if devices > pipeline_pieces(model):
+        return (f"{devices} pipeline stages, but {model} splits into {pipeline_pieces(model)} "
                 f"pieces (stem, blocks, head)")
-    if run.global_batch % run.microbatches:
-        return f"global batch {run.global_batch} does not split into {run.microbatches} micro-batches"
+    if global_batch % microbatches:
+        return f"global batch {global_batch} does not split into {microbatches} micro-batches"
     return None

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from backends import REGISTRY
 from cnnbench import envinfo
 from cnnbench.model.facts import REFERENCE_PARAMS, image_hw
 from cnnbench.model.layout import neutral_layout, trainable_count
 from cnnbench.parity.probe import ProbeResult, probe_run, random_weights, run_probe
+from cnnbench.registry import REGISTRY
 
 FORWARD_TOL = 1e-4
 PARITY_LR = 0.01

@@ -15,6 +15,7 @@ import numpy as np
 from cnnbench.errors import UserError
 from cnnbench.model.facts import image_hw
 from cnnbench.model.layout import neutral_layout
+from cnnbench.options import default_options
 from cnnbench.run.launch import launch, run_folder
 from cnnbench.runs import Run
 
@@ -43,7 +44,7 @@ def probe_run(backend: str, strategy: str, model: str, *, devices: int = 1, imag
         compile=False, sync_bn=sync_bn, lr=lr, momentum=momentum, weight_decay=weight_decay,
         nesterov=False, schedule="constant", warmup_epochs=0.0, epochs=0, steps_per_epoch=0,
         total_steps=1, warmup_steps=0, windows=1, window_steps=1, seed=0, target_accuracy=0.0,
-        timeout_s=timeout_s, options={}, model_parallel=model_parallel, microbatches=microbatches,
+        timeout_s=timeout_s, options=default_options(backend), model_parallel=model_parallel, microbatches=microbatches,
     )
 
 

@@ -29,7 +29,7 @@ DELTA_LABEL = "change in ms per batch vs baseline (negative = faster)"
 
 def _sweep_variants() -> tuple[str, ...]:
     """Sweep rows are named after their input; "sweep" is their name in files written before."""
-    from cnnbench.spec import INFER_INPUTS
+    from cnnbench.options import INFER_INPUTS
 
     return (*INFER_INPUTS, "sweep")
 
@@ -44,7 +44,7 @@ def sweep_rows(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _toggle_order() -> dict[str, int]:
-    from cnnbench.spec import INFER_TOGGLES
+    from cnnbench.options import INFER_TOGGLES
 
     return {name: i for i, name in enumerate(("baseline", *INFER_TOGGLES, "all"))}
 

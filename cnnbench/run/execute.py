@@ -8,12 +8,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from backends import REGISTRY
 from cnnbench import envinfo
-from cnnbench.run.launch import Outcome, launch
-from cnnbench.runs import Run, not_supported
+from cnnbench.expand import not_supported
+from cnnbench.infer.rows import infer_rows, skipped_variant_row
+from cnnbench.registry import REGISTRY
+from cnnbench.run.launch import launch
+from cnnbench.run.rows import outcome_row, skipped_row
+from cnnbench.runs import InferRun, Outcome, Run, Variant
 from cnnbench.table import store
-from cnnbench.table.rows import infer_rows, outcome_row, skipped_row, skipped_variant_row
 from cnnbench.table.schema import CONFIG_KEY
 from cnnbench.table.spread import DEFAULT_SPREAD_LIMIT, noisy_note
 
@@ -111,7 +113,7 @@ def execute_runs(runs: Sequence[Run], out: Path, *, verbose: bool = False,
     return rows
 
 
-def execute_infer(runs: Sequence[Run], skipped: Sequence[tuple[Run, Any, str]], out: Path, *,
+def execute_infer(runs: Sequence[InferRun], skipped: Sequence[tuple[InferRun, Variant, str]], out: Path, *,
                   verbose: bool = False, peak_tflops: float | None = None) -> list[dict[str, Any]]:
     """One worker per backend and precision runs its jobs; its rows are appended when it ends."""
     store.check_appendable(out)
@@ -122,11 +124,11 @@ def execute_infer(runs: Sequence[Run], skipped: Sequence[tuple[Run, Any, str]], 
             _say(f"skipped {row['backend']} {row['variant']}: {row['error']}")
     for index, run in enumerate(runs, start=1):
         _say(f"[{index}/{len(runs)}] {run.backend} infer {run.model} {run.precision}: "
-             f"{len(run.infer['jobs'])} job(s) ...")
+             f"{len(run.jobs)} job(s) ...")
         started = time.perf_counter()
         reason = _missing(run)
         if reason:
-            new = [skipped_variant_row(run, run.infer["jobs"][0]["variant"], reason, run.global_batch)]
+            new = [skipped_variant_row(run, run.jobs[0].variant, reason, run.global_batch)]
         else:
             new = [with_health(row) for row in infer_rows(run, _launch(run, verbose), peak_tflops)]
         store.append_rows(out, new)

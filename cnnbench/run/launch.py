@@ -21,11 +21,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import backends
-from cnnbench.runs import Run
+from cnnbench.backend import Layout
+from cnnbench.backend import load as load_backend
+from cnnbench.runs import Outcome, Run
 
 # Workers start here, so that `python -m cnnbench.run.worker` finds the package also where it is not
 # installed (a checkout copied to a GPU machine and run as `python3 -m cnnbench.cli`).
@@ -36,26 +36,6 @@ LOG_TAIL_LINES = 60
 STACKS_SUFFIX = ".stacks"  # a worker's Python stacks, written on SIGUSR1 (cnnbench.run.worker)
 STACKS_WAIT_S = 1.0
 PID_SUFFIX = ".pid"  # each worker's pid, written as it starts (cnnbench.run.worker)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a backend wants its processes started on this host."""
-
-    processes: int  # processes on this host
-    env: dict[str, str] = field(default_factory=dict)
-    torchrun: bool = False  # start through torch.distributed.run
-
-
-@dataclass
-class Outcome:
-    """What came back from one process tree."""
-
-    status: str  # ok | failed
-    result: dict = field(default_factory=dict)
-    error: str = ""
-    wall_s: float = 0.0
-    log_tail: list[str] = field(default_factory=list)
 
 
 def cpu_threads_per_process(processes: int) -> int:
@@ -234,7 +214,7 @@ def _alive(pid: int) -> bool:
 
 def launch(run: Run, *, verbose: bool = False, probe: tuple[Path, Path] | None = None) -> Outcome:
     """Run one configuration in a fresh process tree; never raises for worker failures."""
-    layout = backends.load(run.backend).launch_layout(run)
+    layout = load_backend(run.backend).launch_layout(run)
     with run_folder() as workdir:
         run_json, result_json = workdir / "run.json", workdir / "result.json"
         run_json.write_text(run.to_json())

@@ -66,7 +66,7 @@ def validate(path: Path, command: str | None = None, device_kind: str | None = N
 
 def gap_note(run) -> str:
     """A run its framework cannot do is planned as a skipped row: the plan says so."""
-    from cnnbench.runs import not_supported
+    from cnnbench.expand import not_supported
 
     reason = not_supported(run)
     return f"  -> skipped row ({reason})" if reason else ""
@@ -75,7 +75,7 @@ def gap_note(run) -> str:
 @planner(TRAINING, keys=("per_device_batch", "global_batch"))
 def training_plan(spec: Spec, device_kind: str | None) -> Plan:
     """`cnnbench run` / `sweep`: every backend x strategy x batch x precision x devices x trial."""
-    from cnnbench.runs import expand
+    from cnnbench.expand import expand
 
     runs = expand(spec, device_kind=device_kind, check_devices=False)
     lines = [f"{item.label}  lr={item.lr:.4g} steps={item.total_steps}{gap_note(item)}" for item in runs]
@@ -85,11 +85,11 @@ def training_plan(spec: Spec, device_kind: str | None) -> Plan:
 @planner("infer", keys=("infer", "serve"))
 def infer_plan(spec: Spec, device_kind: str | None) -> Plan:
     """`cnnbench infer`: one worker per backend and precision, each with its jobs; skipped variants."""
-    from cnnbench.infer.plan import expand_infer, job_label
+    from cnnbench.infer.plan import expand_infer
 
     runs, skipped = expand_infer(spec, device_kind=device_kind)
-    lines = [f"{run.backend} infer {run.model} {run.precision} on {run.device_kind}: {job_label(job)}"
-             for run in runs for job in run.infer["jobs"]]
+    lines = [f"{run.backend} infer {run.model} {run.precision} on {run.device_kind}: {job.label}"
+             for run in runs for job in run.jobs]
     lines += [f"skipped row: {run.backend} {variant.name} ({reason})" for run, variant, reason in skipped]
-    jobs = sum(len(run.infer["jobs"]) for run in runs)
+    jobs = sum(len(run.jobs) for run in runs)
     return Plan("infer", f"{len(runs)} worker run(s), {jobs} job(s), {len(skipped)} skipped row(s)", lines)

@@ -27,8 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cnnbench.run.contract import Trainer
-from cnnbench.runs import Run, plan_windows
+from cnnbench.backend import Trainer
+from cnnbench.expand import plan_windows
+from cnnbench.runs import Run
 
 
 @dataclass

@@ -25,16 +25,16 @@ from pathlib import Path
 
 import numpy as np
 
-import backends
-from cnnbench import envinfo
+from cnnbench import envinfo, faults
+from cnnbench.backend import BuildContext
+from cnnbench.backend import load as load_backend
 from cnnbench.data import arrays as data_sources
 from cnnbench.data.loader import InputPlan, plan_for, reads_uint8
-from cnnbench.run import faults, gpu_monitor
-from cnnbench.run.contract import BuildContext
+from cnnbench.run import gpu_monitor
 from cnnbench.run.launch import PID_SUFFIX, STACKS_SUFFIX
 from cnnbench.run.protocol import train
 from cnnbench.run.schedule import lr_table_for
-from cnnbench.runs import Run
+from cnnbench.runs import Run, run_from_json
 
 
 def _process_position(run: Run) -> tuple[int, int, int]:
@@ -81,7 +81,7 @@ def _train(run: Run, ctx: BuildContext, result_path: Path, is_main: bool) -> Non
     log = _logger(run, is_main)
     if not is_main:  # only process 0 traces (--profile)
         run = dataclasses.replace(run, profile_dir="")
-    trainer = backends.load(run.backend).build(run, ctx)
+    trainer = load_backend(run.backend).build(run, ctx)
     faults.install(trainer, ctx.process_index)
     monitor = gpu_monitor.start(ctx.local_rank) if is_main and run.device_kind == "gpu" else None
     try:
@@ -126,12 +126,12 @@ def _infer(run: Run, result_path: Path) -> None:
     else:
         pixels = synthetic_uint8_nhwc(run.synthetic_size, run.image_size, run.channels, run.seed)
     images = InferImages(pixels, normalize_uint8_nhwc(pixels))
-    result = run_inference(run, backends.load(run.backend).build_inference, images, _logger(run, True))
+    result = run_inference(run, load_backend(run.backend).build_inference, images, _logger(run, True))
     _write_json_atomic(result_path, {**result, "python": envinfo.python_version()})
 
 
 def _probe(run: Run, ctx: BuildContext, probe_in: Path, probe_out: Path, is_main: bool) -> None:
-    trainer = backends.load(run.backend).build(run, ctx)
+    trainer = load_backend(run.backend).build(run, ctx)
     with np.load(probe_in) as saved:
         weights = {k[2:]: saved[k] for k in saved.files if k.startswith("w:")}
         eval_x = saved["eval_x"]
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("result_json", type=Path)
     parser.add_argument("--probe", nargs=2, type=Path, metavar=("IN", "OUT"))
     args = parser.parse_args(argv)
-    run = Run.from_json(args.run_json.read_text())
+    run = run_from_json(args.run_json.read_text())
     index, count, local_rank = _process_position(run)
     _dump_stacks_on_request(args.result_json.with_name(f"{args.result_json.name}.rank{index}{STACKS_SUFFIX}"))
     # After the SIGUSR1 handler, so a recorded worker can always be asked for its stacks. The launcher

@@ -23,7 +23,7 @@ import numpy as np
 
 from backends.jax.common import compute_dtype, make_optimizer, run_devices
 from cnnbench import envinfo
-from cnnbench.run.contract import BuildContext
+from cnnbench.backend import BuildContext
 from cnnbench.runs import Run
 
 AXIS = "data"

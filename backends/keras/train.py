@@ -12,7 +12,7 @@ Strategies, each run in its own process with ``KERAS_BACKEND`` set before Keras 
 - ``keras-torch``: one device; ``jit_compile`` (torch.compile of the train step) follows ``compile``.
   The installed Keras has no distribution support for the PyTorch engine, so N > 1 is refused.
 
-Timing: the shared protocol is driven from a ``fit`` callback (:mod:`backends.keras.fit`), exactly as the
+Timing: the shared protocol is driven from a ``fit`` callback (:mod:`backends.keras.common`), exactly as the
 TensorFlow backend's ``fit`` strategy; ``sync`` waits for the engine's queued work.
 """
 
@@ -24,7 +24,7 @@ import resource
 import numpy as np
 
 from cnnbench import envinfo
-from cnnbench.run.contract import BuildContext
+from cnnbench.backend import BuildContext
 from cnnbench.runs import Run
 
 
@@ -111,7 +111,7 @@ class KerasTrainer:
     def __init__(self, run: Run, ctx: BuildContext) -> None:
         import keras
 
-        from backends.keras.fit import FitBatches
+        from backends.keras.common import FitBatches
         from backends.keras.models import build_model
         from backends.keras.optim import TableSchedule, TorchSGD
 
@@ -138,7 +138,7 @@ class KerasTrainer:
         self._next_batch = 0
 
     def run_loop(self, protocol) -> None:
-        from backends.keras.fit import ProtocolCallback
+        from backends.keras.common import ProtocolCallback
 
         self._callback = ProtocolCallback(protocol, len(self.batches))
         self.model.fit(self.batches, epochs=self.run.epochs or 1, callbacks=[self._callback], verbose=0)
@@ -165,7 +165,7 @@ class KerasTrainer:
         return np.asarray(logits, dtype=np.float32)[: len(images_nhwc) - pad]
 
     def evaluate(self) -> tuple[float, float]:
-        from backends.keras.fit import nhwc
+        from backends.keras.common import nhwc
 
         data = self.ctx.dataset
         logits = self._logits(nhwc(data.test_x), 2 * self.run.global_batch)
@@ -175,7 +175,7 @@ class KerasTrainer:
         return loss, float((logits.argmax(axis=1) == data.test_y).mean())
 
     def predict(self, images: np.ndarray) -> np.ndarray:
-        from backends.keras.fit import nhwc
+        from backends.keras.common import nhwc
 
         return self._logits(nhwc(images), max(len(images), 1))
 

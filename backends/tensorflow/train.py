@@ -18,7 +18,7 @@ import numpy as np
 
 from backends.tensorflow.devices import configure_devices
 from cnnbench import envinfo
-from cnnbench.run.contract import BuildContext
+from cnnbench.backend import BuildContext
 from cnnbench.runs import Run
 
 
@@ -130,7 +130,7 @@ class TFTrainer:
 
     def run_loop(self, protocol) -> None:
         """``fit``: Keras owns the loop; a callback calls the shared protocol's hooks."""
-        from backends.keras.fit import ProtocolCallback
+        from backends.keras.common import ProtocolCallback
 
         run = self.run
         steps = run.steps_per_epoch or run.total_steps

@@ -18,7 +18,8 @@ import numpy as np
 
 from backends.torch.common import apply_cudnn_options, optimizer_kwargs
 from cnnbench import envinfo
-from cnnbench.run.contract import BuildContext
+from cnnbench.backend import BuildContext
+from cnnbench.options import TorchOptions
 from cnnbench.runs import Run
 
 if TYPE_CHECKING:
@@ -40,16 +41,16 @@ class TorchTrainer:
             module = torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
         self.module = module.to(self.device, memory_format=self.memory_format)
         opts = run.options
-        self.scope = opts.get("compile_scope", "step") if run.compile else None
+        self.scope = opts.compile_scope if run.compile else None
         if self.scope == "step":
             _configure_compiled_step(opts)  # read by DDP's constructor and by dynamo
         self.wrapped = self.module
-        if self.world > 1 or opts.get("wrap_ddp_single", False):
+        if self.world > 1 or opts.wrap_ddp_single:
             self.wrapped = DistributedDataParallel(
                 self.module, device_ids=[ctx.local_rank] if on_gpu else None,
-                bucket_cap_mb=opts.get("bucket_cap_mb", 25), gradient_as_bucket_view=True,
+                bucket_cap_mb=opts.bucket_cap_mb, gradient_as_bucket_view=True,
             )
-        mode = opts.get("compile_mode", "default")
+        mode = opts.compile_mode
         self.forward = torch.compile(self.wrapped, mode=mode) if self.scope == "model" else self.wrapped
         lr0 = float(ctx.lr_table[0])
         # A compiled step reads the learning rate from a device tensor: a Python float would be a
@@ -91,7 +92,7 @@ class TorchTrainer:
             dist.init_process_group("nccl" if on_gpu else "gloo",
                                     device_id=self.device if on_gpu else None)
         torch.manual_seed(run.seed)
-        self.memory_format = (torch.channels_last if run.options.get("channels_last")
+        self.memory_format = (torch.channels_last if run.options.channels_last
                               else torch.contiguous_format)
         return on_gpu
 
@@ -121,11 +122,11 @@ class TorchTrainer:
         dataset = TensorDataset(torch.from_numpy(data.train_x), torch.from_numpy(data.train_y))
         self.sampler = DistributedSampler(dataset, num_replicas=self.world, rank=self.rank,
                                           shuffle=True, seed=run.seed, drop_last=True)
-        workers = run.options.get("num_workers", 0)
-        extra = ({"persistent_workers": run.options.get("persistent_workers", False),
-                  "prefetch_factor": run.options.get("prefetch_factor", 2)} if workers else {})
+        workers = run.options.num_workers
+        extra = ({"persistent_workers": run.options.persistent_workers,
+                  "prefetch_factor": run.options.prefetch_factor} if workers else {})
         self.loader = DataLoader(dataset, batch_size=b, sampler=self.sampler, drop_last=True,
-                                 num_workers=workers, pin_memory=run.options.get("pin_memory", False),
+                                 num_workers=workers, pin_memory=run.options.pin_memory,
                                  **extra)
         self.steps_per_epoch = len(self.loader)
         assert self.steps_per_epoch == run.steps_per_epoch, (self.steps_per_epoch, run.steps_per_epoch)
@@ -317,14 +318,14 @@ class TorchTrainer:
         return envinfo.cpu_name()
 
 
-def _configure_compiled_step(options: dict) -> None:
+def _configure_compiled_step(options: TorchOptions) -> None:
     """Dynamo's settings for a compiled whole step; set before DDP is built (its constructor
     reads ``optimize_ddp`` to choose between its C++ and Python reducers)."""
     import torch._dynamo.config as dynamo_config
 
-    ddp_mode = options.get("ddp_compile", "ddp_optimizer")
+    ddp_mode = options.ddp_compile
     dynamo_config.optimize_ddp = ddp_mode
-    dynamo_config.compiled_autograd = bool(options.get("compiled_autograd")) or ddp_mode == "python_reducer"
+    dynamo_config.compiled_autograd = options.compiled_autograd or ddp_mode == "python_reducer"
 
 
 def devices() -> list[str]:
