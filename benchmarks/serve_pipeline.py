@@ -97,13 +97,13 @@ def _decode_rates(shape: tuple[int, int, int], source: tuple[int, int], workers:
 
 
 def measure(spec_path: str, backend: str, device: str, out: str) -> None:
-    import backends
+    from cnnbench.backend import load as load_backend
     from cnnbench.infer.plan import serve_run
     from cnnbench.spec import load_spec
 
     spec = load_spec(spec_path)
     run, variant = serve_run(spec, backend, device)
-    module = backends.load(backend)
+    module = load_backend(backend)
     for key, value in module.launch_layout(run).env.items():
         os.environ.setdefault(key, value)
     serve = spec.serve

@@ -129,3 +129,40 @@ def module_level_framework_imports(text: str) -> list[str]:
 
     scan(ast.parse(text).body)
     return found
+
+
+# The core's rooms, lowest floor first: a room imports only rooms on its own floor or below. A room is a
+# package under cnnbench/ (cnnbench/run/ is "run") or a module directly in it (cnnbench/spec.py is "spec").
+FLOORS: dict[str, int] = {
+    "errors": 0,
+    "model": 1, "data": 1,
+    "table": 2, "registry": 2, "options": 2, "faults": 2,
+    "spec": 3, "envinfo": 3, "runs": 3,
+    "backend": 4, "expand": 4, "rows": 4,
+    "infer": 5, "report": 5,
+    "run": 6, "serve": 6,
+    "parity": 7, "cluster": 7,
+    "cli_help": 8, "cli": 8,
+}
+
+
+def room(module: str) -> str | None:
+    """The core room of a module (None for the ``cnnbench`` package itself and for ``backends``)."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "cnnbench" and len(parts) > 1 else None
+
+
+def upward_arrows(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from a core room to a room on a higher floor, and from the core to ``backends``."""
+    found = []
+    for source, targets in sorted(graph.items()):
+        here = room(source)
+        if here is None:
+            continue
+        for target in sorted(targets):
+            there = room(target)
+            if target == "backends" or target.startswith("backends."):
+                found.append(f"{source} -> {target} (the core never imports backends)")
+            elif there is not None and there != here and FLOORS[there] > FLOORS[here]:
+                found.append(f"{source} -> {target} (floor {FLOORS[here]} imports floor {FLOORS[there]})")
+    return found

@@ -191,22 +191,22 @@ def _gaps(intervals, window) -> list[float]:
 def test_pitfall_switches_reach_the_launch_environment(tmp_path):
     import dataclasses
 
-    import backends
+    from cnnbench.backend import load as load_backend
     from cnnbench.expand import expand
     from cnnbench.spec import parse_spec_text
 
     text = SPEC.replace('"BACKEND"', '"torch", "jax"').replace("CACHE", str(tmp_path / "c"))
     spec = parse_spec_text(text + "[torch]\ndeterministic = true\ncudnn_benchmark = false\n")
     torch_run, jax_run = expand(spec)
-    torch_env = backends.load("torch").launch_layout(torch_run).env
+    torch_env = load_backend("torch").launch_layout(torch_run).env
     assert torch_env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "c" / "torch")
     assert torch_env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
-    assert torch_run.options["cudnn_benchmark"] is False
-    jax_env = backends.load("jax").launch_layout(jax_run).env
+    assert torch_run.options.cudnn_benchmark is False
+    jax_env = load_backend("jax").launch_layout(jax_run).env
     assert jax_env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "c" / "jax")
     assert jax_env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
-    own = dataclasses.replace(jax_run, options={**jax_run.options, "compile_cache_dir": str(tmp_path / "j")})
-    assert backends.load("jax").launch_layout(own).env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "j" / "jax")
+    own = dataclasses.replace(jax_run, options=dataclasses.replace(jax_run.options, compile_cache_dir=str(tmp_path / "j")))
+    assert load_backend("jax").launch_layout(own).env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "j" / "jax")
 
 
 @pytest.mark.gpu

@@ -23,7 +23,7 @@ from tests.conftest import REPO
 SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np
-    import backends
+    from cnnbench.backend import load as load_backend
     from cnnbench.data.normalize import normalize_uint8_nhwc, synthetic_uint8_nhwc
     from cnnbench.runs import Variant
     from cnnbench.parity.probe import probe_run
@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent("""
                     global_batch=4)
     pixels = synthetic_uint8_nhwc(4, 8, channels, seed=3)
     images = normalize_uint8_nhwc(pixels)
-    model = backends.load(framework).build_inference(run, Variant("x"))
+    model = load_backend(framework).build_inference(run, Variant("x"))
     sources = ["resident", "float32_pageable"] + (["uint8_pageable"] if framework != "tensorflow" else [])
     logits = {s: model.fetch(model.infer(model.host_batch(pixels if s.startswith("uint8") else images, s)))
               for s in sources}
@@ -100,7 +100,7 @@ def test_plan_runs_every_input_a_backend_can_start_from_and_says_why_not_the_oth
     from cnnbench.spec import parse_spec_text
 
     runs, skipped = expand_infer(parse_spec_text(PLAN_SPEC, "inputs.toml"), device_kind=device_kind)
-    planned = {run.backend: [(job["variant"]["name"], job["batch"]) for job in run.infer["jobs"]] for run in runs}
+    planned = {run.backend: [(job.variant.name, job.batch) for job in run.jobs] for run in runs}
     reasons = {(run.backend, variant.name): why for run, variant, why in skipped}
     pinned = ("uint8_pinned", "float32_pinned")
     for backend in ("torch", "jax", "tensorflow"):

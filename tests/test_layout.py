@@ -1,9 +1,18 @@
-"""The layout's rules: no import cycles anywhere, and the core never imports a framework at import time."""
+"""The layout's rules: no import cycles anywhere; the core's rooms stand on floors (tests/import_graph.py FLOORS)
+and import only downwards, never `backends`; the core never imports a framework at import time."""
 
 from __future__ import annotations
 
 import pytest
-from import_graph import find_cycles, import_graph, module_level_framework_imports, project_sources
+from import_graph import (
+    FLOORS,
+    find_cycles,
+    import_graph,
+    module_level_framework_imports,
+    project_sources,
+    room,
+    upward_arrows,
+)
 
 # The three loops the flat layout had, each as the lazy import that closed it: putting one back must fail.
 OLD_LOOPS = {
@@ -21,6 +30,29 @@ CLOSERS = {
 def test_no_import_cycles() -> None:
     cycles = find_cycles(import_graph(project_sources()))
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_core_rooms_import_only_downwards_and_never_backends() -> None:
+    arrows = upward_arrows(import_graph(project_sources()))
+    assert not arrows, "imports against the floors:\n" + "\n".join(arrows)
+
+
+def test_every_core_room_has_a_floor() -> None:
+    rooms = {room(name) for name in project_sources()} - {None}
+    assert rooms <= set(FLOORS), f"rooms without a floor in tests/import_graph.py: {sorted(rooms - set(FLOORS))}"
+
+
+@pytest.mark.parametrize(("module", "line"), [
+    ("cnnbench.table.store", "from cnnbench.report.health import write_for_row"),  # a lower room reaching up
+    ("cnnbench.spec", "from backends.torch import build"),  # the core reaching a backend
+    ("cnnbench.runs", "import backends"),
+])
+def test_floor_check_names_an_arrow_against_the_floors(module: str, line: str) -> None:
+    sources = project_sources()
+    sources.setdefault("backends", "")
+    sources[module] += f"\n\ndef _reaching_up():\n    {line}\n"
+    target = line.split()[1]
+    assert any(arrow.startswith(f"{module} -> {target}") for arrow in upward_arrows(import_graph(sources)))
 
 
 @pytest.mark.parametrize("module", sorted(OLD_LOOPS))
