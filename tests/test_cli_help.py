@@ -90,7 +90,7 @@ def test_placeholders_fall_back_to_click_where_typer_has_no_type_descriptor():
     """Another typer release (the GPU machine's, say) may lack the descriptor the help reads."""
     import click
 
-    from cnnbench.cli import _metavar
+    from cnnbench.cli_help import _metavar
 
     option = click.Option(["--rate"], type=float)
     assert not hasattr(option, "type_descriptor")

@@ -205,7 +205,8 @@ def test_pitfall_switches_reach_the_launch_environment(tmp_path):
     jax_env = load_backend("jax").launch_layout(jax_run).env
     assert jax_env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "c" / "jax")
     assert jax_env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
-    own = dataclasses.replace(jax_run, options=dataclasses.replace(jax_run.options, compile_cache_dir=str(tmp_path / "j")))
+    own_cache = dataclasses.replace(jax_run.options, compile_cache_dir=str(tmp_path / "j"))
+    own = dataclasses.replace(jax_run, options=own_cache)
     assert load_backend("jax").launch_layout(own).env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "j" / "jax")
 
 

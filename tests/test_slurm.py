@@ -19,20 +19,9 @@ from conftest import REPO, TINY_DIGITS, run_cli, write_spec
 from slurm_cluster import LocalSlurm, slurm_installed
 
 from cnnbench.cluster.allocation import AllocationError, placement, tasks_per_node
-from cnnbench.cluster.slurm import (
-    ROW_GRACE_S,
-    JobFiles,
-    JobState,
-    Ledger,
-    TrackedJob,
-    collect,
-    parse_sacct,
-    parse_scontrol_jobs,
-    place_runs,
-    render_script,
-    resources,
-    row_may_still_show,
-)
+from cnnbench.cluster.ledger import ROW_GRACE_S, Ledger, TrackedJob, collect, row_may_still_show
+from cnnbench.cluster.sbatch import JobFiles, place_runs, render_script, resources
+from cnnbench.cluster.slurm_jobs import JobState, parse_sacct, parse_scontrol_jobs
 from cnnbench.errors import SpecError
 from cnnbench.expand import expand
 from cnnbench.spec import parse_spec_text

@@ -41,7 +41,8 @@ SCRIPT = textwrap.dedent("""
         return trainer.get_weights(), trainer.train_loss(), graphs
 
     start = TorchTrainer(base, ctx).get_weights()
-    compiled = {scope: train(dataclasses.replace(base, compile=True, options=dataclasses.replace(base.options, compile_scope=scope)))
+    compiled = {scope: train(dataclasses.replace(base, compile=True,
+                                                 options=dataclasses.replace(base.options, compile_scope=scope)))
                 for scope in ("model", "step")}
     (model, model_loss, _), (step, step_loss, graphs) = compiled["model"], compiled["step"]
     print(json.dumps({"max_diff": max(float(np.abs(model[k] - step[k]).max()) for k in model),

@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
         writer = run.host_rank == 0
     row["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
     if writer:
-        # The job's own file, written whole without a lock: see cnnbench.cluster.slurm on shared file systems.
+        # The job's own file, written whole without a lock: see cnnbench.cluster.ledger on shared file systems.
         store.write_rows_file(rows_csv, [row], history)
         print(f"row: {row['status']} {row.get('error') or ''}", file=sys.stderr, flush=True)
     return 0 if row["status"] != "failed" else 1

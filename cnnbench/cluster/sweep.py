@@ -8,16 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cnnbench.cluster.slurm import (
-    Ledger,
-    TrackedJob,
-    collect,
-    follow,
-    jobs_dir,
-    place_runs,
-    resources,
-    submit_runs,
-)
+from cnnbench.cluster.ledger import Ledger, TrackedJob, collect, follow, submit_runs
+from cnnbench.cluster.sbatch import jobs_dir, place_runs, resources
 from cnnbench.expand import not_supported
 from cnnbench.options import SlurmSpec
 from cnnbench.run.execute import run_key, split_done
