@@ -35,12 +35,13 @@ from backends.torch.input import TorchInput  # noqa: E402
 from backends.torch.models import build_model  # noqa: E402
 from backends.torch.transforms import prepare  # noqa: E402
 from cnnbench.data.loader import SampleReader, plan_for  # noqa: E402
+from cnnbench.options import DataSpec  # noqa: E402
 
 
 def _plan(dataset: str, path: str, size: tuple[int, int], workers: int, prefetch: int = 4):
     run = SimpleNamespace(dataset=dataset, data_path=path, image_size=size, seed=0,
-                          data={"workers": workers, "prefetch": prefetch, "pin_memory": True, "augment": "none",
-                                "test_fraction": 0.0})
+                          data=DataSpec(workers=workers, prefetch=prefetch, pin_memory=True, augment="none",
+                                test_fraction=0.0))
     return plan_for(run)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from cnnbench.options import OPTIONS_OF, BackendOptions, DataSpec
+from cnnbench.table.spread import DEFAULT_SPREAD_LIMIT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +55,7 @@ class RunCommon:
     host_rank: int = 0
     coordinator: str = ""
     profile_dir: str = ""  # --profile: trace one window into this folder
-    spread_limit: float = 0.2  # timing.spread_limit: a row whose windows spread more is flagged as noisy
+    spread_limit: float = DEFAULT_SPREAD_LIMIT  # timing.spread_limit: a row spread more is flagged noisy
 
     @property
     def device_type(self) -> str:

@@ -154,7 +154,7 @@ def test_too_many_devices_is_refused(tmp_path):
 
 
 def test_tensorflow_device_plan():
-    from backends.tensorflow.devices import device_plan
+    from backends.tensorflow.common import device_plan
     from cnnbench.parity.probe import probe_run
 
     gpu_run = probe_run("tensorflow", "mirrored", "smallcnn", devices=2, image_size=8, channels=1,

@@ -91,3 +91,23 @@ def test_workers_start_in_the_repository_root():
     from cnnbench.run import launch
 
     assert (launch.REPO_ROOT / "cnnbench" / "run" / "worker.py").is_file()
+
+
+# Same module names in every backend package (as keras does per engine): a reader who knows where PyTorch
+# keeps its trainers knows where JAX and TensorFlow keep theirs.
+BACKEND_MODULES = {"__init__", "train", "models", "input", "transforms", "infer", "serve", "common", "pipeline",
+                   "optim"}
+EVERY_FRAMEWORK_HAS = {"train", "models", "common"}
+
+
+def test_backend_packages_use_the_same_module_names() -> None:
+    from import_graph import ROOT
+
+    packages = sorted(p for p in (ROOT / "backends").iterdir() if (p / "__init__.py").exists())
+    assert {p.name for p in packages} >= {"torch", "jax", "tensorflow", "keras"}
+    for package in packages:
+        names = {p.stem for p in package.glob("*.py")}
+        assert names <= BACKEND_MODULES, f"{package.name}: modules outside the shared names: {names - BACKEND_MODULES}"
+        assert names >= EVERY_FRAMEWORK_HAS, f"{package.name}: missing {EVERY_FRAMEWORK_HAS - names}"
+    arrays = {p.name for p in packages if (p / "input.py").exists() and (p / "transforms.py").exists()}
+    assert arrays >= {"torch", "jax", "tensorflow"}  # the three native input pipelines

@@ -16,6 +16,7 @@ from conftest import run_cli, write_spec
 from cnnbench.data import files
 from cnnbench.data.loader import SampleReader, plan_for
 from cnnbench.data.samples import write_image_folder, write_video
+from cnnbench.options import DataSpec
 from cnnbench.table import store
 
 SPEC = """
@@ -76,7 +77,7 @@ def test_every_framework_reads_the_same_items_in_the_same_order_with_the_same_cr
     from types import SimpleNamespace
 
     run = SimpleNamespace(dataset="image_folder", data_path=str(samples["folder"]), image_size=(16, 24), seed=3,
-                          data={"test_fraction": 0.2})
+                          data=DataSpec(test_fraction=0.2))
     plan = plan_for(run)
     assert len(plan.train_items) == 10 and len(plan.test_items) == 2  # every 5th file of each class
     assert list(plan.step_items(0, 0, 4)) == list(plan_for(run).step_items(0, 0, 4))
@@ -259,7 +260,7 @@ def test_mixed_sizes_share_one_canvas_and_each_crop_stays_in_its_image(tmp_path)
     write_image_folder(tmp_path / "mixed", 3, ["astronaut"], (16, 16), seed=0)
     write_image_folder(tmp_path / "mixed", 3, ["coffee"], (24, 20), seed=1)
     run = SimpleNamespace(dataset="image_folder", data_path=str(tmp_path / "mixed"), image_size=(8, 8), seed=0,
-                          data={"test_fraction": 0.0})
+                          data=DataSpec(test_fraction=0.0))
     plan = plan_for(run)
     assert plan.canvas_hw == (24, 20)
     reader = SampleReader(plan)
@@ -284,7 +285,7 @@ def test_torch_input_close_stops_its_persistent_workers(samples):
     from backends.torch.input import TorchInput
 
     run = SimpleNamespace(dataset="image_folder", data_path=str(samples["folder"]), image_size=(16, 16), seed=0,
-                          data={"workers": 3, "prefetch": 2})
+                          data=DataSpec(workers=3, prefetch=2))
     me = psutil.Process()
     before = {child.pid for child in me.children()}  # other tests' servers may be running
     source = TorchInput(plan_for(run), torch.device("cpu"), global_batch=4, rank=0, world=1, channels_last=False)
@@ -307,7 +308,7 @@ def test_torch_sampler_runs_epoch_after_epoch_in_the_neutral_order(samples):
     from backends.torch.input import _StepSampler
 
     run = SimpleNamespace(dataset="image_folder", data_path=str(samples["folder"]), image_size=(16, 16), seed=0,
-                          data={})
+                          data=DataSpec())
     plan = plan_for(run)
     sampler = _StepSampler(plan, global_batch=4, lo=2, count=2)  # rank 1 of 2
     steps = sampler.steps_per_epoch

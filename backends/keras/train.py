@@ -51,7 +51,7 @@ class _Engine:
         if self.name == "tensorflow":
             import tensorflow as tf
 
-            from backends.tensorflow.devices import configure_devices
+            from backends.tensorflow.common import configure_devices
 
             self.tf = tf
             plan = configure_devices(tf, run)

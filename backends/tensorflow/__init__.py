@@ -4,7 +4,7 @@
   :mod:`backends.tensorflow.train`.
 - inference: :mod:`backends.tensorflow.infer`.
 
-Which devices a process uses is decided in :mod:`backends.tensorflow.devices`, before any TensorFlow
+Which devices a process uses is decided in :mod:`backends.tensorflow.common`, before any TensorFlow
 op. TensorFlow is imported only inside the trainers and :func:`devices`, never at module level.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from backends.tensorflow.devices import tf_config
+from backends.tensorflow.common import tf_config
 from cnnbench import envinfo
 from cnnbench.backend import BuildContext, Layout
 from cnnbench.runs import Run

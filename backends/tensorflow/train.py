@@ -7,7 +7,7 @@ Strategies:
 - ``fit``: the same model and optimizer trained by ``model.fit`` under ``strategy.scope()``; the
   shared protocol is driven from a callback, so users see what the convenient path costs.
 
-Devices are configured by :mod:`backends.tensorflow.devices` before any TensorFlow op.
+Devices are configured by :mod:`backends.tensorflow.common` before any TensorFlow op.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import resource
 
 import numpy as np
 
-from backends.tensorflow.devices import configure_devices
+from backends.tensorflow.common import configure_devices
 from cnnbench import envinfo
 from cnnbench.backend import BuildContext
 from cnnbench.runs import Run
@@ -27,7 +27,7 @@ class TFTrainer:
         import keras
         import tensorflow as tf
 
-        from backends.keras.models import build_model
+        from backends.tensorflow.models import build_model
         from backends.keras.optim import TableSchedule, TorchSGD
 
         self.tf, self.keras, self.run, self.ctx = tf, keras, run, ctx
@@ -195,12 +195,12 @@ class TFTrainer:
         return int(sum(np.prod(v.shape) for v in self.model.trainable_variables))
 
     def get_weights(self) -> dict[str, np.ndarray]:
-        from backends.keras.models import get_neutral_weights
+        from backends.tensorflow.models import get_neutral_weights
 
         return get_neutral_weights(self.model, self.run.num_classes)
 
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        from backends.keras.models import set_neutral_weights
+        from backends.tensorflow.models import set_neutral_weights
 
         set_neutral_weights(self.model, weights, self.run.num_classes)
 

@@ -231,10 +231,8 @@ def plan_for(run: Any, arrays: np.ndarray | None = None, labels: np.ndarray | No
         dataset=run.dataset, index=index, arrays=arrays, labels=np.asarray(labels, np.int64),
         train_items=train_items, test_items=test_items, out_hw=tuple(run.image_size), train_kind=train_kind,
         eval_kind=eval_kind, mean=tuple(mean), std=tuple(std), seed=run.seed, shuffle=shuffle,
-        shuffle_buffer=data.get("shuffle_buffer", 0), corrupt=data.get("corrupt", "fail"),
-        workers=data.get("workers", 0), prefetch=data.get("prefetch", 2), pin_memory=data.get("pin_memory", True),
-        decode_device=data.get("decode_device", "cpu"),
-        hide_cuda_in_workers=data.get("hide_cuda_in_workers", True),
+        shuffle_buffer=data.shuffle_buffer, corrupt=data.corrupt, workers=data.workers, prefetch=data.prefetch,
+        pin_memory=data.pin_memory, decode_device=data.decode_device, hide_cuda_in_workers=data.hide_cuda_in_workers,
     )
 
 
