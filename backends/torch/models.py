@@ -111,7 +111,7 @@ class ResNet(nn.Module):
 
 
 def init_weights(model: nn.Module) -> None:
-    """DESIGN.md's initialisation: He-normal fan-out convs, zero biases, BN gamma=1/beta=0,
+    """The initialisation of docs/protocol.md: He-normal fan-out convs, zero biases, BN gamma=1/beta=0,
     dense U(+-1/sqrt(fan_in)) with zero bias (identical scheme in every backend)."""
     for module in model.modules():
         if isinstance(module, nn.Conv2d):

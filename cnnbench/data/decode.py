@@ -1,7 +1,7 @@
 """Image and video decoding to uint8 HWC RGB, with corrupt input named instead of decoded wrongly.
 
 Images: JPEGs are decoded by simplejpeg (libjpeg-turbo's TurboJPEG API), the fastest decoder measured by
-``benchmarks/decode_speed.py`` (see the README) and a 0.4 MiB wheel; where it is not installed, and for
+``benchmarks/decode_speed.py`` (see docs/real-input.md) and a 0.4 MiB wheel; where it is not installed, and for
 PNG, other formats and CMYK JPEGs, by OpenCV's ``imdecode`` (libjpeg-turbo and libpng inside the
 opencv-python-headless wheel). Both give the same pixels (libjpeg-turbo's default IDCT and upsampling;
 the benchmark checks), straight to RGB; grey becomes three equal channels and alpha is dropped (as PIL's

@@ -3,7 +3,7 @@
 - ``infer_throughput`` / ``infer_latency``: the batch-size sweep, one panel per model; lines on log2
   axes when several batch sizes were run, bars otherwise (latency: p50, up to p99);
 - ``ablation``: signed bars per toggle and framework, the change in milliseconds per batch against the
-  baseline (negative = faster, the convention of the README's table and of ``ablation.md``); toggles
+  baseline (negative = faster, the convention of the results page's table and of ``ablation.md``); toggles
   a framework skipped or failed keep their slot, marked, with the reason under the chart;
 - ``serve_latency`` / ``serve_throughput``: p50 and p99 latency, and achieved load, against offered
   load, the saturation point marked; in-process (``serve``) and HTTP (``serve-http``) serving drawn

@@ -3,7 +3,7 @@
 A failed ``cudaHostAlloc`` comes back from PyTorch as "CUDA error: out of memory", which reads like a
 GPU problem. It is host memory: the message built here names the request and every limit that could
 apply, so the user looks in the right place. Which limit really applies is measured by
-``benchmarks/health_pitfalls.py pinned`` (see the README): RLIMIT_MEMLOCK (``ulimit -l``) governs
+``benchmarks/health_pitfalls.py pinned`` (see docs/health.md): RLIMIT_MEMLOCK (``ulimit -l``) governs
 ``mlock``, the cgroup's ``memory.max`` every page the process holds, and the free RAM of the host.
 """
 

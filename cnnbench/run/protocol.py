@@ -1,6 +1,6 @@
 """The worker side shared by every backend: the timing protocol, evaluation, the result.
 
-Timing lives here and nowhere else. The protocol (DESIGN.md):
+Timing lives here and nowhere else. The protocol (docs/protocol.md):
   1. the first step is timed alone (tracing/compilation + first execution): ``first_step_s``;
   2. ``warmup_steps`` more steps are run and discarded;
   3. ``windows`` windows of ``window_steps`` steps are timed, synchronizing the device at both
