@@ -59,7 +59,7 @@ class TorchTrainer:
         self.optimizer = torch.optim.SGD(
             self.module.parameters(), lr=self.lr_tensor if self.lr_tensor is not None else lr0,
             momentum=run.momentum, weight_decay=run.weight_decay, nesterov=run.nesterov,
-            **optimizer_kwargs(opts.get("optimizer_impl", "auto"), on_gpu),
+            **optimizer_kwargs(opts.optimizer_impl, on_gpu),
         )
         self.current_lr = lr0
         self.train_step = torch.compile(self._train_step, mode=mode) if self.scope == "step" else self._train_step
