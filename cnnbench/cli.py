@@ -14,9 +14,22 @@ import typer
 
 from cnnbench import envinfo
 from cnnbench.cli_help import ClickStyleApp
+from cnnbench.cli_options import (
+    BackendOpt,
+    DeviceOpt,
+    DevicesOpt,
+    NoReportOpt,
+    OutOpt,
+    PeakTflopsOpt,
+    SpecArg,
+    VerboseOpt,
+    check_device,
+    parse_backends,
+    parse_devices,
+)
 from cnnbench.errors import UserError
 from cnnbench.model.facts import MODELS
-from cnnbench.registry import BACKEND_NAMES, REGISTRY
+from cnnbench.registry import REGISTRY
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC = REPO_ROOT / "experiments" / "quickstart.toml"
@@ -26,52 +39,6 @@ DEFAULT_OUT = Path("results") / "runs.csv"
 app = ClickStyleApp(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
            help="Train the same CNN data-parallel under PyTorch, TensorFlow and JAX; "
                 "one timing protocol, one CSV row per run.")
-
-
-def _parse_backends(values: list[str] | None) -> tuple[str, ...] | None:
-    if not values:
-        return None
-    names: list[str] = []
-    for value in values:
-        for name in value.split(","):
-            if name == "all":
-                names.extend(BACKEND_NAMES)
-            elif name in REGISTRY:
-                names.append(name)
-            else:
-                raise UserError(f"--backend: unknown backend {name!r}; expected one of "
-                                f"{', '.join(BACKEND_NAMES)} or all")
-    return tuple(dict.fromkeys(names))
-
-
-def _parse_devices(text: str | None) -> tuple[int, ...] | None:
-    if not text:
-        return None
-    try:
-        counts = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise UserError(f"--devices: expected comma-separated integers such as 1,2,4, found {text!r}") from None
-    if any(n < 1 for n in counts):
-        raise UserError(f"--devices: device counts must be >= 1, found {text!r}")
-    return counts
-
-
-def _check_device(device: str | None) -> None:
-    if device not in (None, "cpu", "gpu"):
-        raise UserError(f"--device: expected cpu or gpu, found {device!r}")
-
-
-SpecArg = Annotated[Optional[Path], typer.Argument(help="Experiment TOML (default: experiments/quickstart.toml).")]
-BackendOpt = Annotated[Optional[list[str]], typer.Option(
-    "--backend", "-b", help="Backends to run: a comma-separated list (torch,jax), or the option repeated, or all; "
-                            "it replaces the spec's list and may name a backend the spec leaves out.")]
-DevicesOpt = Annotated[Optional[str], typer.Option(help="Device counts, e.g. 1,2,4 (overrides the spec).")]
-OutOpt = Annotated[Path, typer.Option(help="Results CSV to append to; checked before anything runs (a missing "
-                                             "folder is created).")]
-DeviceOpt = Annotated[Optional[str], typer.Option(help="cpu or gpu (overrides the spec's device).")]
-PeakTflopsOpt = Annotated[Optional[float], typer.Option(help="Device peak TFLOP/s for the mfu column.")]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Stream worker output.")]
-NoReportOpt = Annotated[bool, typer.Option("--no-report", help="Do not regenerate the charts.")]
 
 
 @app.command()
@@ -102,11 +69,11 @@ def run(
         raise UserError("--coordinator: required with --hosts > 1 (ADDR:PORT of host 0)")
     if host_rank >= hosts:
         raise UserError(f"--host-rank: expected 0..{hosts - 1}, found {host_rank}")
-    _check_device(device)
+    check_device(device)
     parsed = load_spec(spec or DEFAULT_SPEC)
     if compile is not None:
         parsed = dataclasses.replace(parsed, compile=compile)
-    runs = expand(parsed, backends=_parse_backends(backend), devices=_parse_devices(devices),
+    runs = expand(parsed, backends=parse_backends(backend), devices=parse_devices(devices),
                   trials=trials, hosts=hosts, host_rank=host_rank, coordinator=coordinator,
                   device_kind=device)
     if profile:
@@ -147,7 +114,7 @@ def sweep(
     from cnnbench.run.plans import gap_note
     from cnnbench.spec import load_spec
 
-    _check_device(device)
+    check_device(device)
     if slurm:
         if peak_tflops is not None:
             raise UserError("--peak-tflops: not with --slurm (each job's row takes its GPU's known peak)")
@@ -157,7 +124,7 @@ def sweep(
         return
     if wait:
         raise UserError("--wait: only with --slurm")
-    runs = expand(load_spec(spec), backends=_parse_backends(backend), devices=_parse_devices(devices),
+    runs = expand(load_spec(spec), backends=parse_backends(backend), devices=parse_devices(devices),
                   device_kind=device, check_devices=not dry_run)
     todo, done = (runs, []) if force else split_done(runs, out)
     if dry_run:
@@ -183,7 +150,7 @@ def _slurm_sweep(spec: Path, out: Path, *, backend, devices, device, force: bool
     parsed = load_spec(spec)
     # The submitting host is often a login node without GPUs: "auto" means the cluster's GPUs here.
     kind = device or ("gpu" if parsed.device == "auto" else parsed.device)
-    runs = expand(parsed, backends=_parse_backends(backend), devices=_parse_devices(devices), device_kind=kind,
+    runs = expand(parsed, backends=parse_backends(backend), devices=parse_devices(devices), device_kind=kind,
                   check_devices=False)
     rows = slurm_sweep(runs, out, with_overrides(parsed.slurm, **overrides), source=str(spec), repo=REPO_ROOT,
                        wait=wait, force=force, dry_run=dry_run)
@@ -203,7 +170,7 @@ def validate(
     """Check a spec and print what each command it is for would run (devices present are not checked)."""
     from cnnbench.run.plans import validate as plan_spec
 
-    _check_device(device)
+    check_device(device)
     for plan in plan_spec(spec, for_command, device):
         print(f"{spec}: valid for {plan.command}, {plan.headline}")
         for index, line in enumerate(plan.lines, start=1):
@@ -278,8 +245,8 @@ def infer(
     from cnnbench.run.execute import INFER_TABLE, execute_infer, format_table
     from cnnbench.spec import load_spec
 
-    _check_device(device)
-    runs, skipped = expand_infer(load_spec(spec), backends=_parse_backends(backend), device_kind=device,
+    check_device(device)
+    runs, skipped = expand_infer(load_spec(spec), backends=parse_backends(backend), device_kind=device,
                                  profile_dir=str(profile.resolve()) if profile else "")
     rows = execute_infer(runs, skipped, out, verbose=verbose, peak_tflops=peak_tflops)
     print(format_table(rows, INFER_TABLE))
@@ -333,7 +300,7 @@ def serve(
     from cnnbench.infer.server import serve_spec
     from cnnbench.spec import load_spec
 
-    _check_device(device)
+    check_device(device)
     overrides = {"host": host, "port": port, "max_batch": max_batch, "deadline_ms": deadline_ms,
                  "max_queue": max_queue, "max_body_bytes": max_body_bytes, "decode_workers": decode_workers,
                  "batching": batching, "top_k": top_k, "http": http}
@@ -438,7 +405,7 @@ def parity(
     for name in models:
         if name not in MODELS:
             raise UserError(f"--model: unknown model {name!r}; expected one of {', '.join(MODELS)}")
-    backends = list(_parse_backends(backend) or installed_backends())
+    backends = list(parse_backends(backend) or installed_backends())
     if len(backends) < 2:
         raise UserError(f"parity needs two installed backends, found {', '.join(backends) or 'none'}")
     result = run_parity(models, backends)
