@@ -18,8 +18,8 @@ class TFInference:
         import keras
         import tensorflow as tf
 
-        from backends.tensorflow.models import build_model
         from backends.tensorflow.common import configure_devices
+        from backends.tensorflow.models import build_model
 
         self.tf, self.run = tf, run
         plan = configure_devices(tf, run)

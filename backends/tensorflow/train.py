@@ -27,8 +27,8 @@ class TFTrainer:
         import keras
         import tensorflow as tf
 
-        from backends.tensorflow.models import build_model
         from backends.keras.optim import TableSchedule, TorchSGD
+        from backends.tensorflow.models import build_model
 
         self.tf, self.keras, self.run, self.ctx = tf, keras, run, ctx
         plan = configure_devices(tf, run)
