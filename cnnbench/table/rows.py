@@ -15,7 +15,8 @@ from cnnbench.table.schema import SCHEMA_VERSION, STATUS_SKIPPED
 from cnnbench.table.spread import step_time_spread
 
 # Filled by the worker's NVML sampler (cnnbench/run/gpu_monitor.py) where NVML is available.
-NVML_COLUMNS = ("nvml_gpu_util_pct", "nvml_memory_used_mb", "nvml_power_w", "loader_gpu_mb")
+NVML_COLUMNS = ("nvml_gpu_util_pct", "nvml_memory_used_mb", "nvml_power_w", "loader_gpu_mb",
+                "energy_j_per_image", "mean_power_w")
 
 
 def _options_text(options: dict[str, Any]) -> str:
@@ -113,7 +114,7 @@ def skipped_row(run: Run, reason: str) -> dict[str, Any]:
 INFER_RESULT_COLUMNS = (
     "first_step_s", "step_time_ms_median", "step_time_ms_p10", "step_time_ms_p90", "images_per_sec",
     "latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "arrival_rate_rps", "requests", "max_batch",
-    "batch_timeout_ms", "mean_batch", "profile_path", "device_name",
+    "batch_timeout_ms", "mean_batch", "profile_path", "device_name", "energy_j_per_image", "mean_power_w",
 )
 
 
