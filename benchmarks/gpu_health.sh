@@ -3,14 +3,14 @@
 #   known:   the health metrics against loops with known answers, PyTorch and JAX
 #            (benchmarks/health_known.py: busy, NVML utilisation, energy, sleep, pageable H2D, sync);
 #   train:   profiled ResNet-50 training (torch eager, jax) -> `cnnbench health` tables, energy columns;
+#   pinned:  pinned host memory: how much in a time budget, which limit applies, one request past RAM;
 #   energy:  ResNet-50 bf16 batch 256 energy per image: torch compiled training, inference for torch
 #            eager and compiled and jax (the largest batch profiled: the inference health tables);
-#   pinned:  pinned host memory: how much in a time budget, which limit applies, one request past RAM;
 #   cache:   compile caches across restarts (torch.compile FX graph cache; JAX persistent cache);
 #   layers:  ResNet-50 inference at 1080x1920, batch 8 vs 16; cudnn.benchmark; loader workers and CUDA.
-# SECTIONS (default: all, in this order) picks some, e.g. SECTIONS=known,train,energy,pinned.
+# SECTIONS (default: all, in this order) picks some, e.g. SECTIONS=known,train,pinned,energy.
 # Writes into OUT_DIR: health_rows.csv, infer_rows.csv, health_torch.md, health_jax.md,
-# health_infer_*.md, known.jsonl, pitfalls.jsonl, summary.txt.
+# health_infer_*.md, known.jsonl, pitfalls.jsonl, summary.txt, tables.md.
 # Usage: benchmarks/gpu_health.sh OUT_DIR      SMOKE=1: tiny sizes on the CPU (checks the script).
 # BUDGET_S (default 600) caps the whole; a step that would start past it is skipped.
 set -uo pipefail
@@ -27,7 +27,7 @@ infer_rows="$work/infer_rows.csv"
 probes="$out/pitfalls.jsonl"
 : > "$probes"
 budget=${BUDGET_S:-600}
-sections=${SECTIONS:-known,train,energy,pinned,cache,layers}
+sections=${SECTIONS:-known,train,pinned,energy,cache,layers}
 want() { [[ ",$sections," == *",$1,"* ]]; }
 begun=$SECONDS
 
@@ -69,17 +69,17 @@ num_classes = 10' batch=16 precision=fp32 compile=false
   cudnn_args=(--batch 1 --size 32 --threads 2 --iters 2)
   loader_args=(--workers 2 --batch 4 --size 32 --steps 3)
   pin_args=(--cap-gib 1 --budget-s 5)
-  window_steps=4
+  window_steps=4 energy_steps=4
 else
   device=gpu model=resnet50 size='image_size = 224' batch=256 precision=bf16 compile=true
   layer_args=(--height 1080 --width 1920 --batches 8,16 --warmup 3 --iters 10 --traced 3 --top 15)
   cudnn_args=(--batch 32 --size 224 --threads 4 --iters 20)
   loader_args=(--workers 4 --batch 32 --size 224 --steps 20)
-  pin_args=(--cap-gib 32 --budget-s 20)
-  window_steps=30  # >= 1 s a window: NVML's energy counter moves in ~0.1 s steps
+  pin_args=(--cap-gib 32 --budget-s 12 --child-timeout-s 10)
+  window_steps=30 energy_steps=80  # >= 1 s a training window: NVML's energy counter moves in ~0.1 s steps
 fi
 
-spec() {  # spec NAME EXTRA_TOML -> path of a spec file
+spec() {  # spec NAME EXTRA_TOML [WINDOW_STEPS] -> path of a spec file
   cat > "$work/$1.toml" <<EOF
 name = "$1"
 model = "$model"
@@ -94,7 +94,7 @@ $2
 [timing]
 warmup_steps = 2
 windows = 3
-window_steps = $window_steps
+window_steps = ${3:-$window_steps}
 
 [torch]
 channels_last = true
@@ -143,10 +143,18 @@ if want train; then
   done
 fi
 
-# 1b. Energy per image: compiled PyTorch training; inference of all three (the largest batch traced).
+# 2. Pinned host memory in a time budget; then, as the riskiest, one cudaHostAlloc of twice the
+# host's RAM (PIN_PAST=0 leaves it out).
+if want pinned; then
+  probe "pinned memory" 45 pinned "${pin_args[@]}"
+  [[ "${PIN_PAST:-1}" == 1 ]] && probe "pinned past the host's RAM" 40 pinned-past
+fi
+
+# 3. Energy per image: compiled PyTorch training; inference of all three (the largest batch traced).
 if want energy; then
-  eager=$(spec health_energy "compile = false")
-  compiled=$(spec health_energy_compiled "compile = true")
+  # Inference batches take ~11 ms: 3 windows of 80 last > 2 s, what the energy columns need.
+  eager=$(spec health_energy "compile = false" "$energy_steps")
+  compiled=$(spec health_energy_compiled "compile = true" "$energy_steps")
   step "torch compiled training" 150 3 "$py" -m cnnbench.cli run "$compiled" -b torch --out "$rows" --no-report
   for backend in torch jax; do
     step "$backend inference" 90 3 "$py" -m cnnbench.cli infer "$eager" -b "$backend" --out "$infer_rows" \
@@ -159,14 +167,7 @@ if want energy; then
   done
 fi
 
-# 6. Pinned host memory in a time budget; last, as the riskiest: one cudaHostAlloc of twice the
-# host's RAM (PIN_PAST=0 leaves it out).
-if want pinned; then
-  probe "pinned memory" 45 pinned "${pin_args[@]}"
-  [[ "${PIN_PAST:-1}" == 1 ]] && probe "pinned past the host's RAM" 40 pinned-past
-fi
-
-# 2. Compile caches: the same run twice in fresh processes sharing one empty cache folder.
+# 4. Compile caches: the same run twice in fresh processes sharing one empty cache folder.
 if want cache; then
   cache="$work/compile_cache"
   cold=$(spec health_cache_cold "compile = $compile
@@ -182,7 +183,7 @@ compile_cache_dir = \"$cache\"")
   du -sh "$cache"/* 2>/dev/null
 fi
 
-# 3-5. The standalone probes.
+# 5. The standalone probes.
 if want layers; then
   probe "batch 8 vs 16 at 1080x1920" 70 layers "${layer_args[@]}" --trace-dir "$work/layers"
   probe "cudnn benchmark / deterministic" 60 cudnn "${cudnn_args[@]}"
@@ -193,6 +194,7 @@ fi
 cp "$rows" "$out/health_rows.csv" 2>/dev/null
 cp "$infer_rows" "$out/infer_rows.csv" 2>/dev/null
 "$py" benchmarks/health_pitfalls.py summary --rows "$out/health_rows.csv" --probes "$probes" | tee "$out/summary.txt"
-[[ -f "$out/known.jsonl" ]] && "$py" benchmarks/health_known.py summary "$out/known.jsonl" | tee -a "$out/summary.txt"
+"$py" benchmarks/health_tables.py --rows "$out/health_rows.csv" --infer-rows "$out/infer_rows.csv" \
+  --known "$out/known.jsonl" | tee "$out/tables.md"
 echo "total $((SECONDS - begun)) s"
 exit 0
