@@ -3,6 +3,11 @@
 Each returns a context manager that writes into ``directory``: PyTorch a Chrome trace
 (``trace.json``, open in Perfetto or chrome://tracing), JAX and TensorFlow a TensorBoard profile
 (``plugins/profile/...``, open with TensorBoard's profile plugin or xprof).
+
+Inside the profiler, the body runs in one host scope named :data:`WINDOW_SCOPE`: the health table
+measures its shares over that scope's span, which is the timed window itself (the protocol syncs
+the device before entering and before leaving), not over the profiler session, which also holds
+the tracer's own start and stop.
 """
 
 from __future__ import annotations
@@ -11,16 +16,20 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from cnnbench.report.traces import WINDOW_SCOPE
+
 
 @contextlib.contextmanager
 def torch_trace(directory: Path, gpu: bool, module=None) -> Iterator[None]:
     """``module``: an eager model whose layers get ``layer:<name>`` scopes in the trace (the health
     table's top layers); leave it out for a compiled model (hooks would make dynamo recompile)."""
+    import torch
     from torch.profiler import ProfilerActivity, profile
 
     directory.mkdir(parents=True, exist_ok=True)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
-    with profile(activities=activities) as traced, layer_scopes(module):
+    with profile(activities=activities) as traced, layer_scopes(module), \
+            torch.profiler.record_function(WINDOW_SCOPE):
         yield
     traced.export_chrome_trace(str(directory / "trace.json"))
 
@@ -64,7 +73,8 @@ def jax_trace(directory: Path) -> Iterator[None]:
     directory.mkdir(parents=True, exist_ok=True)
     jax.profiler.start_trace(str(directory))
     try:
-        yield
+        with jax.profiler.TraceAnnotation(WINDOW_SCOPE):
+            yield
     finally:
         jax.profiler.stop_trace()
 
@@ -76,7 +86,8 @@ def tf_trace(directory: Path) -> Iterator[None]:
     directory.mkdir(parents=True, exist_ok=True)
     tf.profiler.experimental.start(str(directory))
     try:
-        yield
+        with tf.profiler.experimental.Trace(WINDOW_SCOPE):
+            yield
     finally:
         tf.profiler.experimental.stop()
 

@@ -313,12 +313,21 @@ def pinned(args) -> None:
 
     cap = min(args.cap_gib, int((limits["mem_available"] or 0) * 0.5 / 2**30))
     held, maps0, lck0, pin0 = [], _maps(), _status_kib("VmLck"), _status_kib("VmPin")
-    times = []
+    times: list[float] = []
+    # Pin 1 GiB at a time and stop when the next GiB would not fit in the time budget (a fresh VM's
+    # memory grows as it is touched, a few seconds per 8 GiB): the probe reports what it reached
+    # instead of being killed with nothing said.
+    deadline = time.perf_counter() + args.budget_s
+    stopped_by = "cap"
     for _ in range(cap):
+        if times and time.perf_counter() + 1.5 * max(times[-3:]) > deadline:
+            stopped_by = "time budget"
+            break
         begun = time.perf_counter()
         held.append(pin(torch.empty(2**30, dtype=torch.uint8)))
         times.append(time.perf_counter() - begun)
-    emit("pinned_amount", pinned_gib=len(held), seconds_per_gib=statistics.median(times) if times else None,
+    emit("pinned_amount", pinned_gib=len(held), cap_gib=cap, stopped_by=stopped_by, budget_s=args.budget_s,
+         seconds_per_gib=statistics.median(times) if times else None,
          maps_before=maps0, maps_after=_maps(), vm_lck_kib_before=lck0, vm_lck_kib_after=_status_kib("VmLck"),
          vm_pin_kib_before=pin0, vm_pin_kib_after=_status_kib("VmPin"),
          mem_available_after=host_memory.meminfo_bytes("MemAvailable"))
@@ -327,8 +336,12 @@ def pinned(args) -> None:
     # RLIMIT_MEMLOCK lowered to 64 KiB in a fresh process: does cudaHostAlloc (pin_memory) or
     # cudaHostRegister still pin 1 GiB?
     for how in ("alloc", "register"):
-        done = subprocess.run([sys.executable, __file__, "pinned", "--child", how], capture_output=True, text=True,
-                              timeout=120)
+        try:
+            done = subprocess.run([sys.executable, __file__, "pinned", "--child", how], capture_output=True,
+                                  text=True, timeout=args.child_timeout_s)
+        except subprocess.TimeoutExpired:
+            emit("pinned_memlock", how=how, ok=False, error=f"no answer in {args.child_timeout_s} s")
+            continue
         for line in done.stdout.splitlines():
             if line.startswith("{") and '"pinned_limits"' not in line:
                 print(line, flush=True)
@@ -482,6 +495,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p = sub.add_parser("pinned")
     p.add_argument("--cap-gib", type=int, default=32)
+    p.add_argument("--budget-s", type=float, default=20.0, help="stop pinning more when this is spent")
+    p.add_argument("--child-timeout-s", type=float, default=15.0)
     p.add_argument("--child", default="")
     sub.add_parser("pinned-past")
     p = sub.add_parser("threads")

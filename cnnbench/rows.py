@@ -17,8 +17,9 @@ from cnnbench.options import options_text
 from cnnbench.runs import RunCommon
 from cnnbench.table.schema import SCHEMA_VERSION
 
-# Filled by the worker's NVML sampler (cnnbench/run/gpu_monitor.py) where NVML is available.
-NVML_COLUMNS = ("nvml_gpu_util_pct", "nvml_memory_used_mb", "nvml_power_w", "loader_gpu_mb")
+# Filled by the worker's NVML sampler (cnnbench/gpu_monitor.py) where NVML is available.
+NVML_COLUMNS = ("nvml_gpu_util_pct", "nvml_memory_used_mb", "nvml_power_w", "loader_gpu_mb",
+                "energy_j_per_image", "mean_power_w")
 
 
 def config_row(run: RunCommon) -> dict[str, Any]:

@@ -28,8 +28,12 @@ from typing import Any
 import numpy as np
 
 from cnnbench.backend import InferenceModel
+from cnnbench.gpu_monitor import energy_columns
 from cnnbench.infer.serving import MicroBatcher, run_open_loop
 from cnnbench.runs import InferJob, InferRun, Variant
+
+# NVML's total energy counter of the run's GPUs, mJ (None: no counter); read where the device is synchronized.
+EnergyReader = Callable[[], "float | None"]
 
 
 def pad_to_multiple(images: np.ndarray, multiple: int) -> tuple[np.ndarray, int]:
@@ -58,6 +62,8 @@ class Measurement:
     window_ms: list[float] = field(default_factory=list)
     latency_ms: list[float] = field(default_factory=list)
     profile_path: str | None = None
+    window_energy_j: list[float | None] = field(default_factory=list)  # empty: not metered
+    images_per_window: int = 0
 
     def summary(self) -> dict[str, Any]:
         median = float(np.median(self.window_ms))
@@ -67,6 +73,9 @@ class Measurement:
                "images_per_sec": self.valid / (median / 1000.0), **_percentiles(self.latency_ms)}
         if self.profile_path:
             out["profile_path"] = self.profile_path
+        if self.window_energy_j:
+            spans = [(0.0, ms * self.images_per_window / self.valid / 1000.0) for ms in self.window_ms]
+            out.update(energy_columns(self.window_energy_j, spans, self.images_per_window * len(self.window_ms), 1))
         return out
 
 
@@ -86,7 +95,7 @@ class InferImages:
 
 def measure_batches(model: InferenceModel, images: InferImages, variant: Variant, run: InferRun,
                     latency_samples: int, into: Measurement | None = None,
-                    profile_to: Path | None = None) -> Measurement:
+                    profile_to: Path | None = None, energy: EnergyReader | None = None) -> Measurement:
     """Time one variant at one batch size (first call, warm-up, windows, then latency samples);
     ``into`` continues an earlier measurement (another round of the ablation)."""
     padded, valid = pad_to_multiple(images.for_input(variant.input), variant.pad_multiple)
@@ -100,11 +109,16 @@ def measure_batches(model: InferenceModel, images: InferImages, variant: Variant
         model.infer(host)
     for _ in range(run.windows):
         model.sync()
+        before = energy() if energy else None
         begun = time.perf_counter()
         for _ in range(run.window_steps):
             model.infer(host)
         model.sync()
         into.window_ms.append((time.perf_counter() - begun) * 1000.0 / run.window_steps)
+        if energy:
+            after = energy()
+            into.window_energy_j.append((after - before) / 1000.0 if None not in (before, after) else None)
+            into.images_per_window = into.valid * run.window_steps
     for _ in range(latency_samples):
         begun = time.perf_counter()
         model.fetch(model.infer(host))[:valid]
@@ -118,7 +132,8 @@ def measure_batches(model: InferenceModel, images: InferImages, variant: Variant
     return into
 
 
-def serve_under_load(model: InferenceModel, images: np.ndarray, job: InferJob, seed: int) -> dict[str, Any]:
+def serve_under_load(model: InferenceModel, images: np.ndarray, job: InferJob, seed: int,
+                     energy: EnergyReader | None = None) -> dict[str, Any]:
     multiple, max_batch = job.pad_multiple, job.batch
 
     def handler(batch: np.ndarray) -> np.ndarray:
@@ -135,12 +150,19 @@ def serve_under_load(model: InferenceModel, images: np.ndarray, job: InferJob, s
                 request.future.result()
     batcher.batch_sizes.clear()
     batcher.batch_ms.clear()
+    model.sync()
+    before, begun = (energy() if energy else None), time.perf_counter()
     try:
         load = run_open_loop(batcher.submit, images, job.rate, job.requests, job.max_duration_s,
                              seed, batch_sizes=lambda: batcher.batch_sizes)
     finally:
         batcher.close()
-    return {"images_per_sec": load.achieved_rps, "requests": load.requests, "mean_batch": load.mean_batch,
+    model.sync()
+    after, seconds = (energy() if energy else None), time.perf_counter() - begun
+    # Every answered request is one image; idle time between arrivals counts: it is what serving costs.
+    watts = energy_columns([(after - before) / 1000.0 if None not in (before, after) else None],
+                           [(0.0, seconds)], load.requests, 1) if energy else {}
+    return {**watts,"images_per_sec": load.achieved_rps, "requests": load.requests, "mean_batch": load.mean_batch,
             "step_time_ms_median": float(np.median(batcher.batch_ms)) if batcher.batch_ms else None,
             "arrival_rate_rps": job.rate, "max_batch": max_batch, "batch_timeout_ms": job.timeout_ms,
             **{k: load.percentile(q) for k, q in (("latency_ms_p50", 50), ("latency_ms_p90", 90),
@@ -152,7 +174,7 @@ def _failure(exc: BaseException) -> dict[str, Any]:
 
 
 def run_inference(run: InferRun, build: Callable[[InferRun, Variant], InferenceModel], images: InferImages,
-                  log: Callable[[str], None]) -> dict[str, Any]:
+                  log: Callable[[str], None], energy: EnergyReader | None = None) -> dict[str, Any]:
     """Every job of the run's plan; a job that fails gets its error, the others still run.
 
     Sweep and serve jobs build one model at a time; variants that differ only in their input share
@@ -176,27 +198,27 @@ def run_inference(run: InferRun, build: Callable[[InferRun, Variant], InferenceM
                 model, built_for = None, None  # free the previous model before building the next
                 model, built_for = build(run, variant), config
             if job.kind == "serve":
-                result = serve_under_load(model, images.float32_nchw, job, run.seed)
+                result = serve_under_load(model, images.float32_nchw, job, run.seed, energy)
             else:
                 trace = None
                 if job.batch == profiled_batch:
                     trace = Path(run.profile_dir) / f"{run.backend}-{run.precision}-b{job.batch}"
                     profiled_batch = None
                 result = measure_batches(model, images.first(job.batch), variant, run,
-                                         run.latency_samples, profile_to=trace).summary()
+                                         run.latency_samples, profile_to=trace, energy=energy).summary()
             result.update(device_name=model.device_name(), peak_memory_bytes=model.peak_memory_bytes())
         except Exception as exc:  # noqa: BLE001 - one failing variant (e.g. a compiler error) is a failed row
             model, built_for, result = None, None, _failure(exc)
         results[index] = result
         _log_job(log, job, result)
     model = None
-    _run_ablation(run, build, images, jobs, results, log)
+    _run_ablation(run, build, images, jobs, results, log, energy)
     return {"jobs": results}
 
 
 def _run_ablation(run: InferRun, build: Callable[[InferRun, Variant], InferenceModel], images: InferImages,
                   jobs: tuple[InferJob, ...], results: list[dict[str, Any] | None],
-                  log: Callable[[str], None]) -> None:
+                  log: Callable[[str], None], energy: EnergyReader | None = None) -> None:
     indices = [i for i, job in enumerate(jobs) if job.kind == "ablation"]
     models: dict[int, InferenceModel] = {}
     for i in indices:
@@ -210,7 +232,7 @@ def _run_ablation(run: InferRun, build: Callable[[InferRun, Variant], InferenceM
             job = jobs[i]
             try:
                 measured[i] = measure_batches(models[i], images.first(job.batch), job.variant, run,
-                                              run.latency_samples, into=measured.get(i))
+                                              run.latency_samples, into=measured.get(i), energy=energy)
             except Exception as exc:  # noqa: BLE001
                 results[i] = _failure(exc)
                 del models[i]

@@ -14,7 +14,7 @@ from cnnbench.table.spread import step_time_spread
 INFER_RESULT_COLUMNS = (
     "first_step_s", "step_time_ms_median", "step_time_ms_p10", "step_time_ms_p90", "images_per_sec",
     "latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "arrival_rate_rps", "requests", "max_batch",
-    "batch_timeout_ms", "mean_batch", "profile_path", "device_name",
+    "batch_timeout_ms", "mean_batch", "profile_path", "device_name", "energy_j_per_image", "mean_power_w",
 )
 
 def _infer_config_row(run: InferRun, variant: Variant, batch: int) -> dict[str, Any]:

@@ -56,15 +56,18 @@ def measure_trace(trace: traces.Trace) -> TraceFacts:
     window = trace.window()
     span = max(window[1] - window[0], 1e-9)
     kernels = trace.kernels()
-    on_device = bool(kernels)
-    busy = traces.union_us(((e.start, e.end) for e in (kernels or trace.host_ops())), window) / span
-    memcpy = (traces.union_us(((e.start, e.end) for e in trace.copies()), window) / span) if on_device else None
+    on_device = trace.has_device  # kernels, or copies alone (a loop of host-to-device copies)
+    busy = traces.union_us(((e.start, e.end) for e in (kernels if on_device else trace.host_ops())), window) / span
+    copies = trace.copies() if on_device else []
+    memcpy = traces.union_us(((e.start, e.end) for e in copies), window) / span if on_device else None
     aten = (traces.union_us(((e.start, e.end) for e in trace.aten_copies()), window) / span
             if trace.kind == "torch" else None)
     sync = None
     if on_device:
-        # A wait that ends after the last kernel is the end-of-window drain, not a stall inside a step.
-        last = max(e.end for e in kernels)
+        # A wait that ends after the device's last work is the end-of-window drain (the protocol's
+        # own sync), not a stall inside a step.
+        device_work = [e.end for e in (*kernels, *copies) if e.start < window[1]]
+        last = max(device_work, default=window[0])
         inside = [(e.start, e.end) for e in trace.syncs() if e.end < last]
         sync = traces.union_us(inside, window) / span
     by_name = traces.total_times(kernels) if on_device else traces.self_times(trace.host_ops())
@@ -135,15 +138,40 @@ def image_bytes(row: dict | None) -> tuple[int, int] | None:
     return pixels, 4 * pixels
 
 
+def traced_step_ms(facts: TraceFacts | None, row: dict | None) -> float | None:
+    """Wall time per step inside the traced window (the tracer's own cost included)."""
+    steps = _num(row, "window_steps")
+    return facts.window_ms / steps if facts and steps else None
+
+
+def timed_busy(facts: TraceFacts | None, row: dict | None) -> float | None:
+    """Busy share of the *timed* steps: kernel time per traced step / the row's median step time.
+
+    The tracer slows the host (PyTorch records every op, JAX every Python call), so the traced window's
+    steps are longer than the timed ones and its busy share is too low for a host-bound step; kernels
+    run on the device at their own speed, so their time per step carries over. At most 1."""
+    traced, timed = traced_step_ms(facts, row), _num(row, "step_time_ms_median")
+    if facts is None or not facts.on_device or not traced or not timed:
+        return None
+    return min(facts.busy_share * traced / timed, 1.0)
+
+
+BUSY_FIX = ("the device waits on the host: raise the batch, compile (CUDA graphs), move input work to loader "
+            "workers, remove host syncs in the step")
+
+
 def checks(facts: TraceFacts | None, row: dict | None) -> list[Check]:
     """The health table's rows."""
     out: list[Check] = []
     device = "GPU" if facts is None or facts.on_device else "CPU compute threads"
     busy = facts.busy_share if facts else None
-    out.append(Check(f"{device} busy (union of {'kernels' if device == 'GPU' else 'ops'} / window)",
+    out.append(Check(f"{device} busy (union of {'kernels' if device == 'GPU' else 'ops'} / traced window)",
                      ">= 85%", "< 60%", busy, _pct(busy), _verdict(busy, lambda v: v >= 0.85, lambda v: v < 0.60),
-                     "the device waits on the host: raise the batch, compile (CUDA graphs), move input work "
-                     "to loader workers, remove host syncs in the step"))
+                     BUSY_FIX))
+    if device == "GPU":
+        timed = timed_busy(facts, row)
+        out.append(Check("GPU busy, timed steps (kernel time per step / median step)", ">= 85%", "< 60%", timed,
+                         _pct(timed), _verdict(timed, lambda v: v >= 0.85, lambda v: v < 0.60), BUSY_FIX))
     memcpy = facts.memcpy_share if facts else None
     out.append(Check("memcpy share (device copies / window)", "< 5%", "> 15%", memcpy, _pct(memcpy),
                      _verdict(memcpy, lambda v: v < 0.05, lambda v: v > 0.15),
@@ -179,8 +207,9 @@ def checks(facts: TraceFacts | None, row: dict | None) -> list[Check]:
                      "a worker touched CUDA (a CUDA context costs ~500 MiB each): hide the GPU in workers "
                      "([data] hide_cuda_in_workers), no CUDA tensors in the dataset"))
     util = _num(row, "nvml_gpu_util_pct")
+    unsampled = "— (windows shorter than NVML's sampling period)" if _num(row, "nvml_memory_used_mb") else "—"
     out.append(Check("NVML GPU utilisation (timed windows)", ">= 85%", "< 60%", util,
-                     "—" if util is None else f"{util:.0f}%",
+                     unsampled if util is None else f"{util:.0f}%",
                      _verdict(util, lambda v: v >= 85, lambda v: v < 60),
                      "NVML counts a kernel running on any SM: low here means idle gaps (see GPU busy)"))
     return out
@@ -209,7 +238,8 @@ def health_columns(facts: TraceFacts | None, row: dict | None) -> dict[str, Any]
         return {}
     images = images_per_trace(row)
     h2d = facts.h2d_bytes / images if facts.h2d_bytes is not None and images and facts.on_device else None
-    return {"device_busy_share": facts.busy_share, "copy_share": facts.copy_share,
+    timed = timed_busy(facts, row)  # what agrees with the measured rate; the traced window's where none
+    return {"device_busy_share": facts.busy_share if timed is None else timed, "copy_share": facts.copy_share,
             "h2d_bytes_per_image": h2d, "sync_share": facts.sync_share}
 
 
@@ -236,8 +266,13 @@ def render(facts: TraceFacts | None, row: dict | None, source: str) -> str:
                   f"{row.get('per_device_batch')} {row.get('precision')} on {row.get('device_name') or '?'}")
     parts = [title]
     if facts:
-        parts.append(f"Traced window: {facts.window_ms:.1f} ms ({facts.kind} trace, "
-                     f"{'GPU kernels' if facts.on_device else 'CPU ops'}).")
+        line = (f"Traced window: {facts.window_ms:.1f} ms ({facts.kind} trace, "
+                f"{'GPU kernels' if facts.on_device else 'CPU ops'})")
+        traced, timed = traced_step_ms(facts, row), _num(row, "step_time_ms_median")
+        if traced and timed:
+            line += (f"; {traced:.2f} ms per traced step against {timed:.2f} ms per timed step "
+                     f"(the difference is the tracer's own cost)")
+        parts.append(line + ".")
     # The fix is shown where there is something to fix.
     table = [[c.metric, c.healthy, c.danger, c.shown, c.verdict, c.fix if c.verdict in ("watch", "danger") else "—"]
              for c in checks(facts, row)]

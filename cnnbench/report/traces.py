@@ -7,8 +7,14 @@ Both are Chrome trace-event JSON (timestamps and durations in microseconds), rea
   ``bytes`` arg), host calls into CUDA ``cuda_runtime``/``cuda_driver``; host ops ``cpu_op``;
   ``record_function`` scopes ``user_annotation``; the profiling session is the ``Trace`` span.
 - JAX (``plugins/profile/<run>/<host>.trace.json.gz``): processes are named ``/device:GPU:N`` and
-  ``/host:CPU``; on GPUs kernels run on ``Stream #...`` threads, on CPUs XLA's thunks run on
-  ``tf_XLA...`` threads; op events carry ``hlo_op`` (and on GPUs the framework scope in ``tf_op``).
+  ``/host:CPU``; on GPUs kernels run on one ``Stream #N(Compute,...)`` thread per CUDA stream
+  (copies on ``Stream #N(MemcpyH2D)``), on CPUs XLA's thunks run on ``tf_XLA...`` threads; op
+  events carry ``hlo_op`` (and on GPUs the framework scope in ``tf_op``). The host blocking on the
+  device (``block_until_ready``, ``np.asarray``, ``float(x)``) appears only in JAX's Python tracer
+  (``$api.py:N block_until_ready``): XLA waits on a host-side event, with no CUDA sync call to see.
+
+The shares are taken over the :data:`WINDOW_SCOPE` host scope (the timed window), over every
+stream's kernels together (kernels overlapping on several streams count once).
 
 :class:`Trace` turns either into interval sets; :func:`union_us` merges overlapping intervals, the
 arithmetic every share in the health table rests on.
@@ -28,10 +34,19 @@ from cnnbench.errors import UserError
 
 Interval = tuple[float, float]  # [start, end) in microseconds
 
-# Host calls that block the launching thread until the device catches up. cudaDeviceSynchronize is
-# left out on purpose: it is the timing protocol's own sync at the end of a window.
+# The host scope backends/profilers.py opens around the traced steps: the timed window itself.
+WINDOW_SCOPE = "cnnbench.window"
+
+# Host calls that block the launching thread until the device catches up. The protocol's own sync
+# at the end of the window is one too: measure_trace leaves out any wait that ends after the device's
+# last piece of work.
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
-              "cudaStreamWaitEvent", "cuStreamWaitEvent")
+              "cudaStreamWaitEvent", "cuStreamWaitEvent", "cudaDeviceSynchronize", "cuCtxSynchronize")
+# JAX's Python tracer: the calls that wait for device values ("$api.py:2757 block_until_ready").
+_JAX_BLOCKING_RE = re.compile(r"^\$\S+ (block_until_ready|__array__|device_get|_value|item|tolist|"
+                              r"__float__|__int__|__bool__|__index__)$")
+# PyTorch's device lanes hold these categories.
+_TORCH_DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _BYTES_RE = re.compile(r"(?:bytes|size)[\"':= ]+(\d+)", re.IGNORECASE)
 _TRANSFORM_RE = re.compile(r"^(jit|jvp|transpose|vmap|pjit|remat|checkpoint|cond|while|body|branch)\b.*")
 
@@ -86,13 +101,17 @@ class Trace:
 
     @property
     def has_device(self) -> bool:
-        return bool(self.kernels())
+        """GPU work in the trace: kernels, copies or memsets (a loop of copies alone is a GPU trace too)."""
+        if self.kind == "torch":
+            return any(e.cat in _TORCH_DEVICE_CATS for e in self.events)
+        return any(self._on_gpu_process(e) for e in self.events)
 
     def kernels(self) -> list[Event]:
-        """Device kernels (PyTorch ``kernel``; JAX: ops on a GPU's stream threads)."""
+        """Device kernels (PyTorch ``kernel``; JAX: ops on a GPU's stream threads), memsets left out."""
         if self.kind == "torch":
             return [e for e in self.events if e.cat == "kernel"]
-        on_gpu = [e for e in self.events if self._on_gpu_process(e) and not _is_copy(e.name)]
+        on_gpu = [e for e in self.events if self._on_gpu_process(e) and not _is_copy(e.name)
+                  and not e.name.lower().startswith("memset")]
         # XLA's GPU lines: one per CUDA stream ("Stream #N(...)") with the kernels, plus summary lines
         # ("XLA Ops", "XLA Modules") that repeat them; prefer the streams, else the op line.
         for marker in ("Stream", "XLA Ops"):
@@ -129,6 +148,9 @@ class Trace:
         return [e for e in self.events if e.cat == "cpu_op" and e.name == "aten::copy_"]
 
     def syncs(self) -> list[Event]:
+        """Host calls blocked on the device: CUDA sync calls; for JAX, its Python tracer's waits."""
+        if self.kind == "jax":
+            return [e for e in self.events if _JAX_BLOCKING_RE.match(e.name) and not self._on_gpu_process(e)]
         return [e for e in self.events if e.name in SYNC_CALLS]
 
     def scopes(self) -> list[Event]:
@@ -136,7 +158,16 @@ class Trace:
         return [e for e in self.events if e.cat == "user_annotation" and e.name.startswith("layer:")]
 
     def window(self) -> Interval:
-        """The traced window: the profiler session's span, else first to last event."""
+        """The traced window: the span of the :data:`WINDOW_SCOPE` host scope (the timed window, device
+        synchronized at both ends), else the profiler session's span, else first to last event.
+
+        The session is longer than the window: it also holds the tracer's start and stop (JAX's
+        trace spans about twice a short window of steps), so shares over it come out too low."""
+        scopes = [e for e in self.events if e.name == WINDOW_SCOPE and e.cat != "gpu_user_annotation"
+                  and not self._on_gpu_process(e)]
+        if scopes:
+            longest = max(scopes, key=lambda e: e.dur)
+            return longest.start, longest.end
         if self.session:
             return self.session
         if not self.events:
@@ -196,7 +227,9 @@ def load_trace(path: Path) -> Trace:
             payload = json.load(handle)
     except (OSError, json.JSONDecodeError, EOFError, UnicodeDecodeError) as exc:
         raise UserError(f"{file}: not a readable Chrome trace ({type(exc).__name__}: {exc})") from None
-    raw = payload.get("traceEvents", []) if isinstance(payload, dict) else payload
+    raw = payload.get("traceEvents") if isinstance(payload, dict) else payload
+    if not isinstance(raw, list) or not raw:
+        raise UserError(f"{file}: no trace events in it (not a Chrome trace of PyTorch or JAX)")
     return parse_events(raw, file)
 
 

@@ -24,7 +24,7 @@ from cnnbench.table.spread import DEFAULT_SPREAD_LIMIT, noisy_markdown, noisy_ro
 INFER_MODES = ("infer", "serve", "serve-http")
 GROUP = ["spec_name", "spec_hash", "model", "dataset", "backend", "strategy", "microbatches", "scaling",
          "precision", "compile", "device_family"]
-CHARTS = ("throughput", "efficiency", "first_step", "step_time", "accuracy_time", "memory")
+CHARTS = ("throughput", "efficiency", "first_step", "step_time", "accuracy_time", "memory", "energy")
 
 
 def load(paths: list[Path], model: str | None = None, dataset: str | None = None,
@@ -109,7 +109,7 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
     import matplotlib
 
     matplotlib.use("Agg")
-    from cnnbench.report import page, scaling, style
+    from cnnbench.report import energy, page, scaling, style
 
     style.apply_defaults()
     everything = load(paths, model, dataset, device_type)
@@ -121,6 +121,8 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
 
         report_infer.draw(inference, report, not_ok_rows(paths, model, dataset, device_type))
     noisy = noisy_markdown(noisy_rows(everything, spread_limit), spread_limit)
+    energy.draw(report, everything)
+    noisy = energy.summary_markdown(everything) + noisy  # both follow the summary table
     report.tables["noisy"] = noisy
     frame = everything[~everything["mode"].isin(INFER_MODES)]
     if not frame.empty:

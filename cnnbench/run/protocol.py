@@ -29,6 +29,7 @@ import numpy as np
 
 from cnnbench.backend import Trainer
 from cnnbench.expand import plan_windows
+from cnnbench.gpu_monitor import EnergyMeter
 from cnnbench.runs import Run
 
 
@@ -45,6 +46,7 @@ class TrainResult:
     profile_path: str | None = None
     window_spans: list[tuple[float, float]] = field(default_factory=list)  # perf_counter (start, end)
     data_wait_ms: list[float] = field(default_factory=list)  # per timed step; empty: not measured
+    window_energy_j: list[float | None] = field(default_factory=list)  # per timed window; empty: no meter
 
     def data_wait_summary(self) -> dict[str, float | None]:
         if not self.data_wait_ms:
@@ -69,8 +71,10 @@ class TrainResult:
 class Protocol:
     """The timing state machine; call before_step/after_step around every training step."""
 
-    def __init__(self, trainer: Trainer, run: Run, log: Callable[[str], None] = print) -> None:
+    def __init__(self, trainer: Trainer, run: Run, log: Callable[[str], None] = print,
+                 meter: EnergyMeter | None = None) -> None:
         self.trainer, self.run, self.log = trainer, run, log
+        self.meter = meter  # NVML's energy counter, read where the windows synchronize
         self.steps_per_epoch = trainer.steps_per_epoch
         windows = plan_windows(run.total_steps, self.steps_per_epoch, run.warmup_steps,
                                run.windows, run.window_steps)
@@ -101,6 +105,8 @@ class Protocol:
             if self.profile_dir is not None and not self.window_ms and not self._tracing:
                 self._trace.enter_context(self.trainer.profiler(self.profile_dir))
                 self._tracing = True
+            if self.meter:
+                self.meter.window_start()
             self._window_end, self._window_t0 = self.window_ends[step], time.perf_counter()
 
     def waited(self, step: int, seconds: float) -> None:
@@ -123,6 +129,8 @@ class Protocol:
             else:
                 self.window_ms.append(ms)
                 self.window_spans.append((self._window_t0, time.perf_counter()))
+                if self.meter:
+                    self.meter.window_end()
                 self.log(f"window {len(self.window_ms)}/{self.run.windows}: {self.window_ms[-1]:.2f} ms/step")
         spe = self.steps_per_epoch
         if spe and (step + 1) % spe == 0:
@@ -157,12 +165,14 @@ class Protocol:
             test_loss=final.get("test_loss"), test_accuracy=final.get("test_accuracy"),
             time_to_accuracy_s=self.time_to_accuracy, history=self.history,
             profile_path=self.profiled, window_spans=self.window_spans, data_wait_ms=self.data_wait_ms,
+            window_energy_j=self.meter.window_j if self.meter else [],
         )
 
 
-def train(trainer: Trainer, run: Run, log: Callable[[str], None] = print) -> TrainResult:
+def train(trainer: Trainer, run: Run, log: Callable[[str], None] = print,
+          meter: EnergyMeter | None = None) -> TrainResult:
     """Train for ``run.total_steps`` steps under the timing protocol."""
-    protocol = Protocol(trainer, run, log)
+    protocol = Protocol(trainer, run, log, meter)
     if getattr(trainer, "owns_loop", False):  # Keras fit: the trainer runs the loop, calling the hooks
         protocol.start()
         trainer.run_loop(protocol)

@@ -25,12 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from cnnbench import envinfo, faults
+from cnnbench import envinfo, faults, gpu_monitor
 from cnnbench.backend import BuildContext
 from cnnbench.backend import load as load_backend
 from cnnbench.data import arrays as data_sources
 from cnnbench.data.loader import InputPlan, plan_for, reads_uint8
-from cnnbench.run import gpu_monitor
 from cnnbench.run.launch import PID_SUFFIX, STACKS_SUFFIX
 from cnnbench.run.protocol import train
 from cnnbench.run.schedule import lr_table_for
@@ -83,9 +82,10 @@ def _train(run: Run, ctx: BuildContext, result_path: Path, is_main: bool) -> Non
         run = dataclasses.replace(run, profile_dir="")
     trainer = load_backend(run.backend).build(run, ctx)
     faults.install(trainer, ctx.process_index)
-    monitor = gpu_monitor.start(ctx.local_rank) if is_main and run.device_kind == "gpu" else None
+    monitor = (gpu_monitor.start(ctx.local_rank, gpus=run.devices_per_host)
+               if is_main and run.device_kind == "gpu" else None)
     try:
-        result = train(trainer, run, log)
+        result = train(trainer, run, log, gpu_monitor.EnergyMeter(monitor) if monitor else None)
     finally:
         if monitor:
             monitor.stop()
@@ -111,6 +111,10 @@ def _train(run: Run, ctx: BuildContext, result_path: Path, is_main: bool) -> Non
         "device_name": trainer.device_name(),
         "python": envinfo.python_version(),
         **(monitor.summary(result.window_spans) if monitor else {}),
+        # Host 0's GPUs measured; other hosts are taken to draw alike (the images are all hosts').
+        **(gpu_monitor.energy_columns(result.window_energy_j, result.window_spans,
+                                      run.global_batch * run.window_steps * len(result.window_spans) / run.hosts,
+                                      run.devices_per_host) if monitor else {}),
     }
     _write_json_atomic(result_path, payload)
 
@@ -126,7 +130,13 @@ def _infer(run: Run, result_path: Path) -> None:
     else:
         pixels = synthetic_uint8_nhwc(run.synthetic_size, run.image_size, run.channels, run.seed)
     images = InferImages(pixels, normalize_uint8_nhwc(pixels))
-    result = run_inference(run, load_backend(run.backend).build_inference, images, _logger(run, True))
+    monitor = gpu_monitor.start(0) if run.device_kind == "gpu" else None
+    try:
+        result = run_inference(run, load_backend(run.backend).build_inference, images, _logger(run, True),
+                               monitor.energy_mj if monitor else None)
+    finally:
+        if monitor:
+            monitor.stop()
     _write_json_atomic(result_path, {**result, "python": envinfo.python_version()})
 
 

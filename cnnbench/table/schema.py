@@ -125,6 +125,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("git_sha", str, "Commit of cnnbench that ran (suffix -dirty if modified)."),
     Column("python", str, "Python version of the worker."),
     Column("host", str, "Host name of the launching process."),
+    Column("energy_j_per_image", float, "GPU energy per image over the timed windows, J: NVML's total energy "
+                                        "counter read where the windows synchronize, summed over the run's GPUs "
+                                        "(host 0's, times the hosts); empty on CPUs, GPUs without the counter, "
+                                        "or windows under 2 s in all (the counter moves in ~0.1 s steps)."),
+    Column("mean_power_w", float, "Mean power per GPU over the timed windows from the same energy counter, W."),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
@@ -156,8 +161,12 @@ ADDED_IN_V3: tuple[str, ...] = (
     "request_input", "requests_offered", "errors_by_status", "client_lag_ms_p99", "max_queue", "decode_workers",
 )
 
+# Columns added after version 3 (energy); SCHEMA_VERSION becomes 4 with them when merged. Until then
+# a version-3 file without them is read (and upgraded) as one of an older version.
+ADDED_IN_V4: tuple[str, ...] = ("energy_j_per_image", "mean_power_w")
+
 # Every version's additions, oldest first: what `cnnbench upgrade` adds to a file of that version.
-ADDED_IN: dict[int, tuple[str, ...]] = {2: ADDED_IN_V2, 3: ADDED_IN_V3}
+ADDED_IN: dict[int, tuple[str, ...]] = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4}
 
 
 def _square_image_size(row: dict[str, Any]) -> dict[str, Any]:
