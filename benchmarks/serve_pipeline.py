@@ -78,7 +78,7 @@ def batcher_rate(engine, max_batch: int, deadline_ms: float, count: int) -> floa
 
 def _decode_rates(shape: tuple[int, int, int], source: tuple[int, int], workers: int) -> dict[str, float]:
     from cnnbench.infer.images import decode_image
-    from cnnbench.infer.loadgen import request_bodies
+    from cnnbench.serve.loadgen import request_bodies
 
     bodies = [body for body, _ in request_bodies("jpeg", shape, source, count=8)]
 

@@ -1,6 +1,6 @@
 """The pipelined dynamic batcher behind `cnnbench serve`; no framework in here.
 
-The in-process :class:`~cnnbench.infer.serving.MicroBatcher` stacks, pads and copies a batch at
+The in-process :class:`~cnnbench.infer.micro_batcher.MicroBatcher` stacks, pads and copies a batch at
 flush time, then computes, then answers, all in one thread. Here every stage overlaps the others:
 
 - ``submit`` copies the request's uint8 HWC image straight into a free slot of a preallocated

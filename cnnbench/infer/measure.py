@@ -27,8 +27,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from cnnbench.infer.micro_batcher import MicroBatcher, run_open_loop
 from cnnbench.infer.plan import Variant, job_label
-from cnnbench.infer.serving import MicroBatcher, run_open_loop
 from cnnbench.runs import Run
 
 
