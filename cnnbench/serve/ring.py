@@ -159,3 +159,15 @@ class Ring:
 
 
 assert _COUNTERS + MAX_FRONTENDS * (len(COUNTED_STATUSES) + 1) <= _MESSAGE, "ring header fields overlap"
+
+
+def die_with_parent(sig: int = 15) -> None:
+    """Have the kernel send this process ``sig`` (default SIGTERM) when its parent (the supervisor) dies,
+    however it dies: an engine or front end never outlives the server (Linux prctl PR_SET_PDEATHSIG;
+    elsewhere a no-op)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
