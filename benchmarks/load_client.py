@@ -28,9 +28,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from cnnbench.infer.micro_batcher import poisson_arrivals  # noqa: E402
 from cnnbench.serve.load import wait_ready  # noqa: E402
 from cnnbench.serve.loadgen import offer_load, request_bodies  # noqa: E402
-from cnnbench.infer.micro_batcher import poisson_arrivals  # noqa: E402
 
 
 def _free_port() -> int:
