@@ -136,7 +136,8 @@ def summary(folder: str) -> None:
         for line in (base / "pipeline.jsonl").read_text().splitlines():
             item = json.loads(line)
             pipeline[_config(item["backend"], item.get("cuda_graphs", False))] = item
-    rows = [row for name in ("stack_http.csv", "serve_http.csv") if (base / name).exists()
+    files = ("stack_http.csv", "serve_http.csv", "frontends_http.csv", "litserve_http.csv")
+    rows = [row for name in files if (base / name).exists()
             for row in csv.DictReader((base / name).open())]
     for config, item in pipeline.items():
         print(f"{config}: engine alone at batch {item['max_batch']}: {item['engine_img_s']:,.0f} img/s "

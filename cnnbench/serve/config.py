@@ -16,9 +16,9 @@ MAX_FRONTENDS = 32  # the ring's header keeps one row of request counters per fr
 
 
 def default_frontends(cores: int | None = None) -> int:
-    """Front-end processes for a host of ``cores``: none below 4 cores (one process, the engine's
-    threads and the front end share two cores better than three processes do: see docs/serving.md),
-    else one per two cores beyond the engine's two, at most 8."""
+    """Front-end processes for a host of ``cores``: none below 4 cores (the engine process and a load
+    client on the same host leave no core for a separate front end), else one per two cores beyond the
+    engine's two, at most 8 (the GPU benchmark measures 1, 2, 4 and 8)."""
     cores = cores or os.cpu_count() or 1
     return 0 if cores < 4 else max(1, min(8, (cores - 2) // 2))
 
