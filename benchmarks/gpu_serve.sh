@@ -7,9 +7,16 @@
 #   1. the engine alone, the in-process pipelined batcher and JPEG decode rates (serve_pipeline.py);
 #   2. the server with dynamic batching: raw uint8 requests at 100 req/s (p99 target), 3,000 and 8,000 req/s,
 #      JPEG requests (500x375 pictures, decoded and resized by the server) at saturation;
-#   3. the plain route (batching none: one forward per request) at 100 req/s and at saturation.
+#   3. the plain route (batching none: one forward per request) at 100 req/s and at saturation;
+#   for PyTorch with CUDA graphs and JAX, the multi-process server (cnnbench/serve/frontends.py):
+#   4. frontends 0 and 4: raw at 100 req/s (p99) and at saturation, each saturation measured by cnnbench load
+#      and then by wrk with the same connections (benchmarks/serve_clients.py flags the wrk row client_bound
+#      when they differ by more than 10 %); JPEG 500x375 at saturation with 1, 2, 4 and 8 front ends;
+#   5. the 1080x1920 JPEG frames of experiments/frames_1080p_infer.toml (max batch 16), 4 front ends;
+#   6. the same model behind LitServe (benchmarks/litserve_peer.py), raw and JPEG at saturation.
+# Every step runs under timeout; a step that fails says so and the script goes on.
 # Usage: benchmarks/gpu_serve.sh OUT_DIR  (SMOKE=1: a tiny CPU model and small rates, as a dry run)
-# Writes OUT_DIR/serve_http.csv, stack_http.csv, pipeline.jsonl, serve_{numpy,torch,torch-graphs,jax}.log; prints
+# Writes OUT_DIR/serve_http.csv, stack_http.csv, frontends_http.csv, litserve_http.csv, pipeline.jsonl, serve_{numpy,torch,torch-graphs,jax}.log; prints
 # the summary. About 6-7 minutes on an H200 host.
 set -uo pipefail
 out=${1:?usage: gpu_serve.sh OUT_DIR}
@@ -98,6 +105,58 @@ for config in torch torch-graphs jax; do
     stop "$pid" "$log"
   done
 done
+conns_for() { local c=$(( $1 / 8 )); ((c < 32)) && c=32; ((c > 512)) && c=512; echo $c; }
+wrk_check() {  # wrk_check CSV: wrk with the connections of the last saturation load, same server
+  if command -v wrk >/dev/null; then
+    timeout 90 "$py" benchmarks/serve_clients.py "$1" "$url" "$shape" "$(conns_for "$high")" "$secs" \
+      || echo "wrk: failed ($?)"
+  else
+    echo "wrk not installed: apt-get install wrk"
+  fi
+}
+start_server() {  # start_server SPEC BACKEND LOG [serve args]: the pid
+  local this_spec=$1 backend=$2 log=$3; shift 3
+  "$py" -m cnnbench.cli serve "$this_spec" -b "$backend" --device "$device" --port "$port" "$@" >> "$log" 2>&1 &
+  echo $!
+}
+for config in torch-graphs jax; do
+  backend=${config%-graphs}
+  this_spec=$spec; [[ $config == *-graphs ]] && this_spec=$graphs_spec
+  log=$out/serve_frontends_$config.log
+  for fe in 0 4; do
+    echo "== $config frontends $fe" >> "$log"
+    pid=$(start_server "$this_spec" "$backend" "$log" --frontends "$fe")
+    load "$out/frontends_http.csv" "$low" raw
+    load "$out/frontends_http.csv" "$high" raw
+    wrk_check "$out/frontends_http.csv"
+    stop "$pid" "$log"
+  done
+  for fe in 1 2 4 8; do
+    echo "== $config frontends $fe jpeg" >> "$log"
+    pid=$(start_server "$this_spec" "$backend" "$log" --frontends "$fe")
+    load "$out/frontends_http.csv" "$jpeg_rate" jpeg --source-size 500x375
+    stop "$pid" "$log"
+  done
+done
+if [[ ${SMOKE:-0} != 1 ]]; then  # the seed's case: 1080p JPEG frames at a 1080p model input
+  log=$out/serve_frames.log
+  pid=$(start_server experiments/frames_1080p_infer.toml torch "$log" --frontends 4 --max-batch 16)
+  load "$out/frontends_http.csv" 1000 jpeg --source-size 1920x1080
+  stop "$pid" "$log"
+fi
+# LitServe: the same engine, its batching (max_batch_size, batch_timeout), 4 uvicorn front ends
+log=$out/serve_litserve.log
+litport=$((port + 1))
+timeout 600 "$py" benchmarks/litserve_peer.py serve "$spec" torch "$device" "$litport" --max-batch "$([[ ${SMOKE:-0} == 1 ]] && echo 8 || echo 32)" \
+  --api-servers 4 >> "$log" 2>&1 &
+lpid=$!
+for _ in $(seq 150); do curl -sf "http://127.0.0.1:$litport/health" >/dev/null && break; sleep 1; done
+for input in raw jpeg; do
+  timeout 90 "$py" benchmarks/litserve_peer.py load "http://127.0.0.1:$litport" "$input" "$high" "$secs" \
+    "$(conns_for "$high")" "$out/litserve_http.csv" --shape "$shape" --source-size 500x375 \
+    --info '{"backend": "torch", "model": "'"$(basename "$spec" .toml)"'"}' || echo "litserve $input: failed ($?)"
+done
+kill -TERM "$lpid"; timeout 30 tail --pid="$lpid" -f /dev/null || kill -KILL "$lpid"
 rm -f "$out"/*.lock
 "$py" benchmarks/serve_pipeline.py summary "$out"
 exit 0

@@ -3,7 +3,7 @@
 Serves the no-model engine of tests/numpy_serve_engine.py (the real server: Starlette on uvicorn and
 the pipelined batcher, a model that takes no time) on a loopback port, then offers each rate twice with
 the same Poisson arrivals and raw uint8 bodies of the model's size: once with cnnbench's client
-(cnnbench.infer.loadgen.offer_load, one process) and once with the plain httpx pattern (an AsyncClient,
+(cnnbench.serve.loadgen.offer_load, one process) and once with the plain httpx pattern (an AsyncClient,
 one task per request, a semaphore for the connections). A client that is the bound shows as client lag
 (requests sent late) and as latency the server did not cause.
 
@@ -28,8 +28,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cnnbench.infer.loadgen import offer_load, request_bodies, wait_ready  # noqa: E402
-from cnnbench.infer.serving import poisson_arrivals  # noqa: E402
+from cnnbench.infer.micro_batcher import poisson_arrivals  # noqa: E402
+from cnnbench.serve.load import wait_ready  # noqa: E402
+from cnnbench.serve.loadgen import offer_load, request_bodies  # noqa: E402
 
 
 def _free_port() -> int:

@@ -78,7 +78,7 @@ def batcher_rate(engine, max_batch: int, deadline_ms: float, count: int) -> floa
 
 def _decode_rates(shape: tuple[int, int, int], source: tuple[int, int], workers: int) -> dict[str, float]:
     from cnnbench.infer.images import decode_image
-    from cnnbench.infer.loadgen import request_bodies
+    from cnnbench.serve.loadgen import request_bodies
 
     bodies = [body for body, _ in request_bodies("jpeg", shape, source, count=8)]
 
@@ -136,7 +136,8 @@ def summary(folder: str) -> None:
         for line in (base / "pipeline.jsonl").read_text().splitlines():
             item = json.loads(line)
             pipeline[_config(item["backend"], item.get("cuda_graphs", False))] = item
-    rows = [row for name in ("stack_http.csv", "serve_http.csv") if (base / name).exists()
+    files = ("stack_http.csv", "serve_http.csv", "frontends_http.csv", "litserve_http.csv")
+    rows = [row for name in files if (base / name).exists()
             for row in csv.DictReader((base / name).open())]
     for config, item in pipeline.items():
         print(f"{config}: engine alone at batch {item['max_batch']}: {item['engine_img_s']:,.0f} img/s "

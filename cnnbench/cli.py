@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -278,6 +279,12 @@ def health(
         out.write_text(text, encoding="utf-8")
 
 
+def _default_frontends() -> int:
+    from cnnbench.serve.config import default_frontends
+
+    return default_frontends()
+
+
 @app.command()
 def serve(
     spec: Annotated[Path, typer.Argument(help="Experiment TOML: the model, precision, [serve] settings.")],
@@ -295,15 +302,25 @@ def serve(
         help="dynamic (pipelined batcher) or none (one forward per request).")] = None,
     top_k: Annotated[Optional[int], typer.Option(help="Classes in each answer.")] = None,
     http: Annotated[Optional[str], typer.Option(help="uvicorn's HTTP parser: auto, h11 or httptools.")] = None,
+    frontends: Annotated[Optional[int], typer.Option(help=(
+        "HTTP front-end processes feeding one engine process through shared memory; 0: one process "
+        "does both. Default: [serve] frontends, else from the host's cores: 0 below 4 cores, else "
+        f"(cores - 2) // 2 up to 8 ({_default_frontends()} here)."))] = None,
+    max_pixels: Annotated[Optional[int], typer.Option(
+        help="JPEG/PNG bodies whose header says more pixels are refused before decoding.")] = None,
+    listen: Annotated[Optional[str], typer.Option(
+        help="With front ends: reuseport (a socket each) or shared (one socket).")] = None,
 ) -> None:
-    """Serve the spec's model over HTTP: POST /v1/infer, GET /healthz, /metrics, /v1/info (SIGTERM drains)."""
-    from cnnbench.infer.server import serve_spec
+    """Serve the spec's model over HTTP: POST /v1/infer, the Open Inference Protocol under /v2, GET /healthz,
+    /metrics, /v1/info (SIGTERM drains)."""
+    from cnnbench.serve.command import serve_spec
     from cnnbench.spec import load_spec
 
     check_device(device)
     overrides = {"host": host, "port": port, "max_batch": max_batch, "deadline_ms": deadline_ms,
                  "max_queue": max_queue, "max_body_bytes": max_body_bytes, "decode_workers": decode_workers,
-                 "batching": batching, "top_k": top_k, "http": http}
+                 "batching": batching, "top_k": top_k, "http": http, "frontends": frontends,
+                 "max_pixels": max_pixels, "listen": listen}
     code = serve_spec(load_spec(spec), backend, device, overrides)
     if code:
         raise typer.Exit(code)
@@ -318,7 +335,9 @@ def load(
     input: Annotated[str, typer.Option("--input", help="raw (uint8 tensor), jpeg or png.")] = "raw",
     source_size: Annotated[Optional[str], typer.Option(
         help="jpeg/png: picture size WxH before the server resizes it (default the model's).")] = None,
-    processes: Annotated[int, typer.Option(min=1, help="Client processes sharing the rate.")] = 1,
+    processes: Annotated[int, typer.Option(min=0, help=(
+        "Client processes sharing the rate; 0: one per 2,000 req/s offered, at most half this host's "
+        f"cores ({max(1, (os.cpu_count() or 1) // 2)} here)."))] = 0,
     connections: Annotated[int, typer.Option(min=1, help="HTTP connections, all processes together.")] = 256,
     timeout: Annotated[float, typer.Option(min=0.1, help="Per-request limit, s.")] = 30.0,
     wait: Annotated[float, typer.Option(min=0.0, help="Wait this long for /healthz to say ready, s.")] = 600.0,
@@ -326,39 +345,10 @@ def load(
     out: Annotated[Path, typer.Option(help="Results CSV to append to.")] = Path("results") / "serve_http.csv",
 ) -> None:
     """Open-loop Poisson load over HTTP against `cnnbench serve`; one `serve-http` row per rate."""
-    from cnnbench.infer import loadgen
-    from cnnbench.table import store
+    from cnnbench.serve.load import run_load
 
-    if input not in loadgen.INPUTS:
-        raise UserError(f"--input: expected one of {', '.join(loadgen.INPUTS)}, found {input!r}")
-    size = None
-    if source_size:
-        try:
-            size = tuple(int(n) for n in source_size.lower().split("x"))
-            assert len(size) == 2 and min(size) > 0
-        except (ValueError, AssertionError):
-            raise UserError(f"--source-size: expected WxH such as 500x375, found {source_size!r}") from None
-    base = loadgen.check_loopback(url)
-    store.check_appendable(out)
-    info = loadgen.wait_ready(base, wait)
-    bodies = loadgen.request_bodies(input, tuple(info["image_shape"]), size, seed=seed)
-    rows = []
-    for offered in rate:
-        before = loadgen.batch_totals(loadgen.get_json(base, "/metrics")[1])
-        result = loadgen.offer_load(base + "/v1/infer", bodies, offered, requests, duration, timeout,
-                                    connections, processes, seed)
-        after = loadgen.batch_totals(loadgen.get_json(base, "/metrics")[1])
-        batches = after[1] - before[1]
-        mean_batch = (after[0] - before[0]) / batches if batches else None
-        row = loadgen.load_row(info, result, input, mean_batch)
-        store.append_rows(out, [row])
-        rows.append(row)
-        p50, p99 = result.percentile(50), result.percentile(99)
-        print(f"{offered:g} req/s offered: {result.achieved_rps:.0f} answered/s, {result.ok}/{result.sent} ok, "
-              f"p50 {p50 or float('nan'):.1f} ms, p99 {p99 or float('nan'):.1f} ms, mean batch "
-              f"{mean_batch or float('nan'):.1f}, errors {result.errors_text() or 'none'}, client lag p99 "
-              f"{result.client_lag_ms_p99:.1f} ms")
-    print(f"appended {len(rows)} row(s) to {out}")
+    rows = run_load(url, rate, requests, duration, input, source_size, processes, connections, timeout, wait,
+                    seed, out)
     if any(r["status"] == "failed" for r in rows):
         raise typer.Exit(1)
 

@@ -166,6 +166,22 @@ class ServeSpec:
     top_k: int = _f(5, "serve: classes in each answer.", min=1)
     batching: str = _f("dynamic", "serve: dynamic (the pipelined batcher) or none (one forward per request, "
                                   "the plain route pattern).", choices=("dynamic", "none"))
+    frontends: int = _f(-1, "serve: HTTP front-end processes (each parses, validates and decodes, and writes "
+                            "pixels into a shared-memory ring) feeding one engine process that owns the "
+                            "device; 0: one process does both; -1: from the host's cores (0 below 4 cores, "
+                            "else (cores - 2) // 2 up to 8).", min=-1, max=32)
+    listen: str = _f("reuseport", "serve, frontends > 0: each front end its own SO_REUSEPORT socket (the kernel "
+                                  "spreads connections) or one shared socket (uvicorn's worker model).",
+                     choices=("reuseport", "shared"))
+    max_pixels: int = _f(36_000_000, "serve: JPEG/PNG bodies whose header says more pixels get "
+                                     "pixel_limit_status, before any decoding.", min=1)
+    pixel_limit_status: int = _f(413, "serve: the status of an image over max_pixels: 413 or 400.",
+                                 choices=(413, 400))
+    header_timeout_s: float = _f(5.0, "serve: a request head must be complete this long after its connection "
+                                      "opened or its previous answer (idle connections close then).", min=0.001)
+    body_timeout_s: float = _f(30.0, "serve: a body must be complete this long after its head (408).", min=0.001)
+    max_header_bytes: int = _f(32 * 1024, "serve: request line and headers at most; past it 431.", min=1)
+    max_connections: int = _f(1024, "serve: open connections per front end at most; past it 503.", min=1)
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,14 @@
 serves it with the real server (Starlette on uvicorn, the real batcher): batching, the bounded queue,
 faults and draining can be checked exactly, and quickly, without a deep-learning framework.
 
-Usage: python tests/numpy_serve_engine.py PORT COMPUTE_MS MAX_BATCH MAX_QUEUE DEADLINE_MS [BATCHING [HTTP]]
+Usage: python tests/numpy_serve_engine.py PORT COMPUTE_MS MAX_BATCH MAX_QUEUE DEADLINE_MS [BATCHING [HTTP
+[FRONTENDS]]]
 (benchmarks/gpu_serve.sh also serves it with COMPUTE_MS 0: what the HTTP stack alone sustains).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -67,23 +69,25 @@ class NumpyEngine:
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from cnnbench import faults
-    from cnnbench.infer.server import InferenceService, ServeConfig, run_server
+    from cnnbench.serve.command import EngineRecipe, serve
+    from cnnbench.serve.config import ServeConfig
 
     port, compute_ms, max_batch, max_queue, deadline_ms = sys.argv[1:6]
     batching = sys.argv[6] if len(sys.argv) > 6 else "dynamic"
     http = sys.argv[7] if len(sys.argv) > 7 else "auto"
-    config = ServeConfig(port=int(port), max_batch=int(max_batch), max_queue=int(max_queue),
-                         deadline_ms=float(deadline_ms), decode_workers=2, pad_multiple=1, batching=batching,
-                         max_body_bytes=2**24, http=http)
-    info = {"image_shape": list(SHAPE), "config": {"max_batch": int(max_batch)},
+    frontends = int(sys.argv[8]) if len(sys.argv) > 8 else 0
+    # NUMPY_ENGINE_SERVE='{"body_timeout_s": 1}': any other ServeConfig field (the limits' tests)
+    extra = json.loads(os.environ.get("NUMPY_ENGINE_SERVE", "{}"))
+    config = ServeConfig(**{"port": int(port), "max_batch": int(max_batch), "max_queue": int(max_queue),
+                            "deadline_ms": float(deadline_ms), "decode_workers": 2, "pad_multiple": 1,
+                            "batching": batching, "max_body_bytes": 2**24, "http": http, "frontends": frontends,
+                            "top_k": 2, **extra})
+    info = {"image_shape": list(SHAPE), "model_name": "numpy",
             "row": {"schema_version": 3, "mode": "serve-http", "variant": batching, "backend": "numpy",
                     "model": "none (HTTP stack only)", "backend_options": "", "max_batch": int(max_batch),
                     "batch_timeout_ms": float(deadline_ms), "max_queue": int(max_queue), "decode_workers": 2}}
     build_s = float(os.environ.get("NUMPY_ENGINE_BUILD_S", "0"))
-    service = InferenceService(config, lambda: NumpyEngine(float(compute_ms), build_s), info,
-                               wrap_engine=faults.install_on_engine)
-    sys.exit(run_server(service))
+    sys.exit(serve(config, EngineRecipe("numpy_serve_engine", "NumpyEngine", (float(compute_ms), build_s)), info))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cnnbench.infer.loadgen import LoadPlan, _offer_in_process, offer_load
+from cnnbench.serve.loadgen import LoadPlan, _offer_in_process, offer_load
 
 BODIES = [(bytes([i]) * 150_000, {"content-type": "application/octet-stream", "x-tensor-shape": "1"})
           for i in range(3)]

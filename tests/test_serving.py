@@ -10,7 +10,7 @@ import pytest
 from numpy_serve_engine import SHAPE, NumpyEngine, expected_answer
 
 from cnnbench.infer.batcher import PipelinedBatcher, QueueFull, batch_shapes, padded_size
-from cnnbench.infer.serving import MicroBatcher, poisson_arrivals, run_open_loop
+from cnnbench.infer.micro_batcher import MicroBatcher, poisson_arrivals, run_open_loop
 
 
 def _doubling(compute_s: float = 0.0):

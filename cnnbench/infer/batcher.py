@@ -1,6 +1,6 @@
 """The pipelined dynamic batcher behind `cnnbench serve`; no framework in here.
 
-The in-process :class:`~cnnbench.infer.serving.MicroBatcher` stacks, pads and copies a batch at
+The in-process :class:`~cnnbench.infer.micro_batcher.MicroBatcher` stacks, pads and copies a batch at
 flush time, then computes, then answers, all in one thread. Here every stage overlaps the others:
 
 - ``submit`` copies the request's uint8 HWC image straight into a free slot of a preallocated
@@ -91,8 +91,10 @@ class PipelinedBatcher:
 
     # -- callers ---------------------------------------------------------------------------------
 
-    def submit(self, image: np.ndarray) -> Future:
-        """Copy one (H, W, C) uint8 image into a slot; the future gets (class ids, probabilities)."""
+    def submit(self, image: np.ndarray, arrived: float | None = None) -> Future:
+        """Copy one (H, W, C) uint8 image into a slot; the future gets (class ids, probabilities).
+        ``arrived`` (time.perf_counter, system-wide on Linux): when the request reached the server, if
+        before now (another process took it in); a batch's deadline counts from its first request's."""
         with self._cond:
             if self._closing:
                 raise Closed("the server is shutting down")
@@ -102,7 +104,7 @@ class PipelinedBatcher:
             if batch is None:
                 while not self._free:  # not reached with the buffer count above; never overwrite a slot
                     self._cond.wait()
-                batch = _Batch(self._free.pop(), time.perf_counter())
+                batch = _Batch(self._free.pop(), time.perf_counter() if arrived is None else arrived)
                 self._waiting.append(batch)
             slot, future = len(batch.futures), Future()
             batch.futures.append(future)

@@ -29,7 +29,7 @@ import numpy as np
 
 from cnnbench.backend import InferenceModel
 from cnnbench.gpu_monitor import energy_columns
-from cnnbench.infer.serving import MicroBatcher, run_open_loop
+from cnnbench.infer.micro_batcher import MicroBatcher, run_open_loop
 from cnnbench.runs import InferJob, InferRun, Variant
 
 # NVML's total energy counter of the run's GPUs, mJ (None: no counter); read where the device is synchronized.

@@ -1,0 +1,94 @@
+"""wrk beside `cnnbench load`: is the load generator the bound?
+
+``wrk CSV URL SHAPE CONNECTIONS SECONDS``: runs Debian's wrk (closed loop, CONNECTIONS connections, raw
+uint8 bodies of SHAPE to /v1/infer, each command under `timeout`), reads the server's /v1/info, and
+appends one serve-http row with ``backend_options`` ``client=wrk``. It compares wrk's answered
+requests/s with the last `cnnbench load` row of the same CSV (same server, same connection count, run
+just before at a rate above saturation, so closed loop too): if they differ by more than 10 %, the wrk
+row's ``errors_by_status`` carries ``client_bound=<cnnbench/wrk>`` and wrk's number is the one to trust.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from cnnbench.serve.load import get_json, load_row  # noqa: E402
+from cnnbench.serve.loadgen import HttpLoadResult  # noqa: E402
+
+AGREEMENT = 0.10
+LUA = """wrk.method = "POST"
+local f = io.open("{body}", "rb"); wrk.body = f:read("*a"); f:close()
+wrk.headers["Content-Type"] = "application/octet-stream"
+wrk.headers["X-Tensor-Shape"] = "{shape}"
+wrk.headers["X-Tensor-Dtype"] = "uint8"
+"""
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def _ms(text: str) -> float:
+    value, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()
+    return float(value) * _UNITS[unit]
+
+
+def run_wrk(url: str, shape: str, connections: int, seconds: int, threads: int) -> dict:
+    folder = Path(tempfile.mkdtemp())
+    dims = tuple(int(n) for n in shape.split(","))
+    (folder / "body.bin").write_bytes(np.random.default_rng(0).integers(0, 256, dims, dtype=np.uint8).tobytes())
+    (folder / "post.lua").write_text(LUA.format(body=folder / "body.bin", shape=shape))
+    done = subprocess.run(["timeout", str(seconds + 30), "wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s",
+                           "--latency", "-s", str(folder / "post.lua"), url + "/v1/infer"],
+                          capture_output=True, text=True)
+    out = done.stdout
+    found = {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+             "requests": int(re.search(r"(\d+) requests in", out).group(1))}
+    for q in (50, 90, 99):
+        match = re.search(rf"\s{q}(?:\.0+)?%\s+([\d.]+(?:us|ms|s))", out)
+        found[f"p{q}"] = _ms(match.group(1)) if match else None
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    found["errors"] = {"non2xx": int(bad.group(1))} if bad else {}
+    if errors:
+        found["errors"].update({k: int(v) for k, v in zip(("connect", "read", "write", "timeout"), errors.groups())
+                                if int(v)})
+    return found
+
+
+def main(csv_path: str, url: str, shape: str, connections: int, seconds: int) -> None:
+    from cnnbench.table import store
+
+    info = get_json(url, "/v1/info")[1]
+    found = run_wrk(url, shape, connections, seconds, threads=min(8, connections))
+    errors = dict(found["errors"])
+    rows = list(csv.DictReader(open(csv_path))) if Path(csv_path).exists() else []
+    ours = next((r for r in reversed(rows) if "client=wrk" not in (r.get("backend_options") or "")), None)
+    if ours and found["rps"]:
+        ratio = float(ours["images_per_sec"] or 0) / found["rps"]
+        if abs(ratio - 1) > AGREEMENT:
+            errors["client_bound"] = round(ratio, 2)
+    result = HttpLoadResult(offered_rps=0.0, sent=found["requests"], ok=found["requests"] - errors.get("non2xx", 0),
+                            achieved_rps=found["rps"], latency_ms=np.array([]), errors=errors, wall_s=float(seconds),
+                            client_lag_ms_p99=0.0)
+    row = load_row(info, result, "raw", None)
+    options = [row.get("backend_options"), f"client=wrk;connections={connections}"]
+    row["backend_options"] = ";".join(filter(None, options))
+    row.update({"latency_ms_p50": found["p50"], "latency_ms_p90": found["p90"], "latency_ms_p99": found["p99"],
+                "status": "ok" if found["rps"] else "failed"})
+    store.append_rows(Path(csv_path), [row])
+    print(f"wrk -c{connections}: {found['rps']:,.0f} answered/s, p99 {found['p99']} ms; cnnbench load: "
+          f"{ours['images_per_sec'] if ours else '-'}; {'client-bound' if 'client_bound' in errors else 'agree'}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 6:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))

@@ -1,0 +1,146 @@
+"""The multi-process server's supervisor: it creates the ring, starts the engine process and the front
+ends, restarts a front end that dies, and stops everything in order.
+
+- A front end that dies (killed, crashed) is restarted with the same share of the ring; the others keep
+  serving (with SO_REUSEPORT the kernel stops routing connections to a closed socket). Five deaths within
+  a minute stop the server (exit 1): a front end that cannot live is a bug, not bad luck.
+- The engine dying stops the server with exit 1 (it is not restarted: a model that crashed the process
+  may well crash it again, and reloading it takes the warm-up again; an orchestrator restarting the whole
+  server is the better judge). Until the front ends have stopped, each answers 503.
+- SIGTERM or SIGINT (Ctrl-C reaches every process of the group; the children ignore SIGINT, the engine
+  SIGTERM too) stops accepting: the front ends get SIGTERM and answer everything in progress, then the
+  engine gets STOP_SIGNAL and drains its batcher; exit 0.
+- The ring is removed on every way out of :meth:`Supervisor.run`; if the supervisor itself is killed,
+  its children get SIGTERM from the kernel and Python's resource tracker removes the segment.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import sys
+import time
+from collections import deque
+from typing import Any
+
+from cnnbench.serve.config import ServeConfig
+from cnnbench.serve.engine_process import STOP_SIGNAL, engine_main
+from cnnbench.serve.frontend import frontend_main, listening_socket
+from cnnbench.serve.metrics import batch_size_buckets
+from cnnbench.serve.ring import FAILED, READY, Ring
+
+RESTARTS_PER_MINUTE = 5
+STOP_WAIT_S = 60.0
+
+
+class Supervisor:
+    def __init__(self, config: ServeConfig, recipe: Any, info: dict[str, Any]) -> None:
+        self.config, self.recipe, self.info = config, recipe, info
+        self.context = multiprocessing.get_context("spawn")  # children start clean: no inherited threads or locks
+        self.stopping = False
+        self.deaths: deque[float] = deque()
+
+    def run(self) -> int:
+        config = self.config
+        ring = Ring.create(config.frontends * config.ring_slots_per_frontend, tuple(self.info["image_shape"]),
+                           self.info["top_k"], batch_size_buckets(config.max_batch))
+        self.ring, self.address = ring, f"\0{ring.layout.name}"  # an abstract Unix address: no file
+        self.engine: Any = None
+        self.frontends: list[Any] = []
+        try:
+            return self._serve()
+        finally:
+            self._stop_all()
+            ring.close()
+            ring.unlink()
+
+    def _serve(self) -> int:
+        config = self.config
+        # reuseport: a bound socket that never listens holds the port (port 0 resolves here) for the
+        # front ends' own sockets, restarted ones included; shared: the one listening socket they all take.
+        shared = config.listen == "shared"
+        self.socket = listening_socket(config.host, config.port, reuse_port=not shared, backlog=2048 if shared else 0)
+        self.info["port"] = self.socket.getsockname()[1]
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: setattr(self, "stopping", True))
+        self.engine = self.context.Process(target=engine_main, name="cnnbench-engine",
+                                           args=(self.recipe, self.ring.layout, self.address, config))
+        self.engine.start()
+        self.frontends = [self._start_frontend(i) for i in range(config.frontends)]
+        announced = False
+        while not self.stopping:
+            sentinels = [self.engine.sentinel] + [p.sentinel for p in self.frontends]
+            multiprocessing.connection.wait(sentinels, timeout=0.2)
+            if self.stopping:
+                break
+            if not self.engine.is_alive():
+                state = self.ring.state
+                why = self.ring.message() if state == FAILED else f"exit code {self.engine.exitcode}"
+                print(f"cnnbench serve: the engine process stopped ({why}); stopping the server",
+                      file=sys.stderr, flush=True)
+                return 1
+            if not announced and self.ring.state == READY:
+                announced = True
+                self._announce()
+            for index, process in enumerate(self.frontends):
+                if not process.is_alive():
+                    if not self._may_restart(index, process.exitcode):
+                        return 1
+                    self.frontends[index] = self._start_frontend(index)
+        return 0 if self._drain() else 1
+
+    def _start_frontend(self, index: int) -> Any:
+        shared = self.socket if self.config.listen == "shared" else None
+        process = self.context.Process(target=frontend_main, name=f"cnnbench-frontend-{index}",
+                                       args=(index, self.config, self.ring.layout, self.address, self.info, shared))
+        process.start()
+        return process
+
+    def _may_restart(self, index: int, exitcode: int | None) -> bool:
+        now = time.monotonic()
+        self.deaths.append(now)
+        while self.deaths and self.deaths[0] < now - 60:
+            self.deaths.popleft()
+        if len(self.deaths) > RESTARTS_PER_MINUTE:
+            print(f"cnnbench serve: front end {index} died (exit code {exitcode}), {len(self.deaths)} deaths "
+                  f"within a minute; stopping the server", file=sys.stderr, flush=True)
+            return False
+        print(f"cnnbench serve: front end {index} died (exit code {exitcode}); restarting it",
+              file=sys.stderr, flush=True)
+        return True
+
+    def _announce(self) -> None:
+        row = self.info["row"]
+        print(f"cnnbench serve: ready on http://{self.config.host}:{self.info['port']} ({row['backend']} "
+              f"{row['model']}, {self.ring.message()}, {self.config.frontends} front ends, one engine process, "
+              f"listen {self.config.listen})", file=sys.stderr, flush=True)
+
+    def _drain(self) -> bool:
+        """Front ends first (they answer what is in progress, which needs the engine), then the engine;
+        True when every process exited 0."""
+        clean = True
+        for process in self.frontends:
+            clean &= _terminate(process)
+        if self.engine is not None:
+            clean &= _terminate(self.engine, STOP_SIGNAL)
+        return clean
+
+    def _stop_all(self) -> None:
+        """Whatever is still running after an error: SIGTERM, a bounded wait, SIGKILL."""
+        for process in self.frontends:
+            _terminate(process)
+        if self.engine is not None:
+            _terminate(self.engine, STOP_SIGNAL)
+
+
+def _terminate(process: Any, sig: int = signal.SIGTERM) -> bool:
+    """``sig``, wait (STOP_WAIT_S), SIGKILL if need be; True when it exited 0."""
+    if process.is_alive():
+        os.kill(process.pid, sig)
+        process.join(STOP_WAIT_S)
+        if process.is_alive():
+            process.kill()
+            process.join(10)
+    return process.exitcode == 0

@@ -1,0 +1,124 @@
+"""The multi-process server (front-end processes feeding one engine process through a shared-memory
+ring) on the framework-free engine: right answers across front ends, and every way it can stop: SIGTERM
+drains, a killed front end is restarted while the others serve, a dead engine gives 503 and a non-zero
+exit, Ctrl-C stops the group; the ring leaves /dev/shm each time. Servers are real subprocesses on
+127.0.0.1, stopped by pid; every wait is bounded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+from conftest import REPO
+from numpy_serve_engine import SHAPE, expected_answer
+from test_http_serve import Server, _free_port, _images, _metric, _raw
+
+from cnnbench.serve.ring import segment_names
+
+
+def frontend_server(compute_ms: float, frontends: int = 2, max_batch: int = 4, env: dict[str, str] | None = None,
+                    new_session: bool = False) -> Server:
+    port = _free_port()
+    command = [sys.executable, str(REPO / "tests" / "numpy_serve_engine.py"), str(port), str(compute_ms),
+               str(max_batch), "64", "5", "dynamic", "auto", str(frontends)]
+    server = Server(command, port, env)
+    if new_session:  # its own process group, as a terminal's foreground job is
+        server.process.kill()
+        server.process.wait()
+        server.process = subprocess.Popen(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                          start_new_session=True)
+    return server.wait_ready()
+
+
+def frontend_pids(base: str, tries: int = 40) -> set[int]:
+    """The front ends' pids, from /v1/info over fresh connections (the kernel spreads them)."""
+    return {httpx.get(base + "/v1/info", timeout=5).json()["frontend"]["pid"] for _ in range(tries)}
+
+
+def assert_ring_removed(server: Server) -> None:
+    assert segment_names(server.process.pid) == [], segment_names(server.process.pid)
+
+
+def test_every_answer_is_right_across_front_ends_and_requests_share_batches():
+    server = frontend_server(compute_ms=20, frontends=2)
+    try:
+        assert segment_names(server.process.pid)  # the ring exists while it serves
+        assert len(frontend_pids(server.base)) == 2
+        images = _images(48, SHAPE, seed=11)
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda image: _raw(httpx, server.base, image), images))
+        assert [a.json()["classes"] for a in answers] == [expected_answer(i) for i in images]
+        batches = _metric(server.base, "cnnbench_batch_size_count")
+        assert 0 < batches < 48  # server-wide, read from the ring by whichever front end answers
+        assert _metric(server.base, 'cnnbench_requests_total{status="200"}') == 48
+        assert "frontends=2" in httpx.get(server.base + "/v1/info").json()["row"]["backend_options"]
+    finally:
+        assert server.stop() == 0
+    assert_ring_removed(server)
+
+
+def test_sigterm_answers_everything_in_progress_then_exits_0_and_removes_the_ring():
+    server = frontend_server(compute_ms=300, frontends=2, max_batch=2)
+    images = _images(6, SHAPE, seed=12)
+    with ThreadPoolExecutor(6) as pool:
+        pending = [pool.submit(_raw, httpx, server.base, image) for image in images]
+        deadline = time.monotonic() + 10
+        while _metric(server.base, "cnnbench_queue_depth") < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(server.process.pid, signal.SIGTERM)
+        answers = [p.result(timeout=30) for p in pending]
+    assert [a.json()["classes"] for a in answers] == [expected_answer(i) for i in images]
+    assert server.process.wait(timeout=30) == 0
+    assert_ring_removed(server)
+
+
+def test_a_killed_front_end_is_restarted_and_the_others_keep_serving():
+    server = frontend_server(compute_ms=5, frontends=2)
+    try:
+        before = frontend_pids(server.base)
+        victim = min(before)
+        os.kill(victim, signal.SIGKILL)
+        images = _images(20, SHAPE, seed=13)
+        answers = [_raw(httpx, server.base, image) for image in images]  # fresh connections, served by the other
+        assert [a.json()["classes"] for a in answers] == [expected_answer(i) for i in images]
+        deadline, now = time.monotonic() + 30, before
+        while time.monotonic() < deadline and (victim in now or len(now) < 2):
+            time.sleep(0.3)
+            now = frontend_pids(server.base, tries=20)
+        assert victim not in now and len(now) == 2 and len(now & before) == 1  # one new, one untouched
+    finally:
+        assert server.stop() == 0
+    assert "died (exit code -9); restarting it" in server.process.stdout.read()
+    assert_ring_removed(server)
+
+
+def test_a_dead_engine_gives_503_and_the_server_exits_non_zero():
+    server = frontend_server(compute_ms=5, frontends=2, max_batch=1, env={"CNNBENCH_FAULT": "step=1,kind=kill"})
+    images = _images(2, SHAPE, seed=14)
+    first = _raw(httpx, server.base, images[0])
+    assert first.json()["classes"] == expected_answer(images[0])
+    second = _raw(httpx, server.base, images[1])  # its batch kills the engine
+    assert second.status_code == 503 and "engine process has stopped" in second.json()["error"]
+    assert server.process.wait(timeout=60) == 1
+    assert "the engine process stopped" in server.process.stdout.read()
+    assert_ring_removed(server)
+
+
+def test_ctrl_c_to_the_process_group_stops_cleanly():
+    server = frontend_server(compute_ms=5, frontends=2, new_session=True)
+    image = _images(1, SHAPE, seed=15)[0]
+    assert _raw(httpx, server.base, image).json()["classes"] == expected_answer(image)
+    os.killpg(server.process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    assert server.process.wait(timeout=60) == 0
+    assert_ring_removed(server)
+    deadline, left = time.monotonic() + 10, "?"
+    while left and time.monotonic() < deadline:  # Python's resource tracker exits last, on its own
+        left = subprocess.run(["pgrep", "-g", str(server.process.pid)], capture_output=True, text=True).stdout.strip()
+        time.sleep(0.1)
+    assert left == ""
