@@ -27,6 +27,7 @@ def main() -> int:
     parser.add_argument("--model", action="append", choices=sorted(MODELS))
     parser.add_argument("--backends", help="comma-separated; default every installed backend")
     args = parser.parse_args()
+    envinfo.git_sha()  # the commit as the run starts (cached): edits made while it runs are not its code
     backends = args.backends.split(",") if args.backends else installed_backends()
     models = args.model or list(PARITY_CONFIGS)
     result = run_parity(models, backends)
