@@ -28,6 +28,7 @@ from runbook.sections import SECTIONS, Section  # noqa: E402
 from runbook.steps import ROOT, Context, install_wheels, wheels_hint  # noqa: E402
 
 from cnnbench import envinfo  # noqa: E402
+from cnnbench.table import store  # noqa: E402
 
 
 def show_list(results: Path) -> None:
@@ -44,8 +45,18 @@ def _row_counts(section: Section, results: Path) -> int:
     return sum(len(output.rows(results)) for output in section.outputs)
 
 
+def upgrade_outputs(section: Section, ctx: Context) -> None:
+    """Results files of an older row format are rewritten in the current one before rows are appended
+    (cnnbench refuses to append to them; `cnnbench upgrade` does the same)."""
+    for output in section.outputs:
+        path = ctx.out / output.file
+        if path.suffix == ".csv" and path.exists() and store.upgrade_file(path):
+            ctx.say(f"{path.name}: rewritten in the current row format (cnnbench upgrade)")
+
+
 def run_section(section: Section, args: argparse.Namespace) -> Context:
     ctx = Context(section.name, args.out, args.cache, args.logs, args.smoke)
+    upgrade_outputs(section, ctx)
     before = _row_counts(section, args.out)
     ctx.say(f"{section.summary} (expected {section.minutes:.0f} min{', SMOKE' if args.smoke else ''})")
     missing = install_wheels(ctx, section.needs) if section.needs else []

@@ -1,4 +1,4 @@
-"""Reference numbers for `cnnbench serve`, without HTTP, and the summary of `gpu_serve.sh`.
+"""Reference numbers for `cnnbench serve`, without HTTP (the serving section of `benchmarks/gpu.py`).
 
 ``measure SPEC BACKEND DEVICE OUT.jsonl``: builds the server's own engine (uint8 staging buffers, pinned
 on a GPU; the copy stream or async device_put) and appends one JSON line with
@@ -10,20 +10,16 @@ on a GPU; the copy stream or async device_put) and appends one JSON line with
 - ``decode_per_s_1`` / ``decode_per_s_workers``: JPEG decode + resize to the model's size of a
   ``SOURCE`` picture (default 500x375, ImageNet's typical size), one thread and ``decode_workers``
   threads.
-
-``summary OUT_DIR``: the table the README needs, from OUT_DIR/{stack,serve}_http.csv and pipeline.jsonl.
 """
 
 from __future__ import annotations
 
 import collections
-import csv
 import json
 import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 
@@ -124,45 +120,8 @@ def measure(spec_path: str, backend: str, device: str, out: str) -> None:
     print(json.dumps(result))
 
 
-def _config(backend: str, cuda_graphs: bool) -> str:
-    """torch, torch-graphs or jax: the engines gpu_serve.sh compares."""
-    return f"{backend}-graphs" if cuda_graphs else backend
-
-
-def summary(folder: str) -> None:
-    base = Path(folder)
-    pipeline = {}
-    if (base / "pipeline.jsonl").exists():
-        for line in (base / "pipeline.jsonl").read_text().splitlines():
-            item = json.loads(line)
-            pipeline[_config(item["backend"], item.get("cuda_graphs", False))] = item
-    rows = [row for name in ("stack_http.csv", "serve_http.csv") if (base / name).exists()
-            for row in csv.DictReader((base / name).open())]
-    for config, item in pipeline.items():
-        print(f"{config}: engine alone at batch {item['max_batch']}: {item['engine_img_s']:,.0f} img/s "
-              f"(one batch {item['batch_ms']:.2f} ms); in-process pipelined batcher {item['batcher_img_s']:,.0f} "
-              f"img/s ({item['batcher_img_s'] / item['engine_img_s']:.0%}); JPEG {item['jpeg_source']} decode "
-              f"{item['decode_per_s_1']:,.0f}/s on 1 thread, {item['decode_per_s_workers']:,.0f}/s on "
-              f"{item['decode_workers']}")
-    print("backend  batching  input  offered  achieved  vs-engine  p50ms  p90ms  p99ms  mean-batch  client-lag-p99ms  "
-          "errors")
-    for row in rows:
-        config = _config(row["backend"], "cuda_graphs=True" in row["backend_options"])
-        engine = pipeline.get(config, {}).get("engine_img_s")
-        achieved = float(row["images_per_sec"] or 0)
-        share = f"{achieved / engine:.0%}" if engine else "-"
-        parser = row["backend_options"].rsplit("http=", 1)[-1] if "http=" in row["backend_options"] else "?"
-        cells = [f"{config}({parser})", row["variant"], row["request_input"], row["arrival_rate_rps"],
-                 f"{achieved:,.0f}", share, row["latency_ms_p50"] or "-", row["latency_ms_p90"] or "-",
-                 row["latency_ms_p99"] or "-",
-                 row["mean_batch"] or "-", row.get("client_lag_ms_p99") or "-", row["errors_by_status"] or "none"]
-        print("  ".join(cells))
-
-
 if __name__ == "__main__":
     if sys.argv[1:2] == ["measure"]:
         measure(*sys.argv[2:6])
-    elif sys.argv[1:2] == ["summary"]:
-        summary(sys.argv[2])
     else:
         sys.exit(__doc__)

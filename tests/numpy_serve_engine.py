@@ -3,7 +3,7 @@ serves it with the real server (Starlette on uvicorn, the real batcher): batchin
 faults and draining can be checked exactly, and quickly, without a deep-learning framework.
 
 Usage: python tests/numpy_serve_engine.py PORT COMPUTE_MS MAX_BATCH MAX_QUEUE DEADLINE_MS [BATCHING [HTTP]]
-(benchmarks/gpu_serve.sh also serves it with COMPUTE_MS 0: what the HTTP stack alone sustains).
+(`benchmarks/gpu.py serving` also serves it with COMPUTE_MS 0: what the HTTP stack alone sustains).
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ class NumpyEngine:
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from cnnbench import envinfo
     from cnnbench.infer.server import InferenceService, ServeConfig, run_server
     from cnnbench.run import faults
 
@@ -78,6 +79,7 @@ def main() -> None:
                          max_body_bytes=2**24, http=http)
     info = {"image_shape": list(SHAPE), "config": {"max_batch": int(max_batch)},
             "row": {"schema_version": 3, "mode": "serve-http", "variant": batching, "backend": "numpy",
+                    "spec_name": "http_stack", "git_sha": envinfo.git_sha(),
                     "model": "none (HTTP stack only)", "backend_options": "", "max_batch": int(max_batch),
                     "batch_timeout_ms": float(deadline_ms), "max_queue": int(max_queue), "decode_workers": 2}}
     build_s = float(os.environ.get("NUMPY_ENGINE_BUILD_S", "0"))

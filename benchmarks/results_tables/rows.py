@@ -101,9 +101,9 @@ def provenance(files: dict[str, list[Row]]) -> str:
     """Which files, commits and days the shown rows come from (one line under a table)."""
     parts = []
     for name, rows in files.items():
-        shas = sorted({str(r.get("git_sha") or "no commit recorded").removesuffix("-dirty") for r in rows if r})
+        shas = sorted({str(r.get("git_sha") or "").removesuffix("-dirty")[:8] or "not recorded" for r in rows if r})
         days = sorted({_when(r)[:10] for r in rows if r and _when(r)})
         when = f", {days[0]}" + (f" to {days[-1]}" if len(days) > 1 else "") if days else ""
         if rows:
-            parts.append(f"`results/{name}` (git {', '.join(s[:8] for s in shas)}{when})")
+            parts.append(f"`results/{name}` (git {', '.join(shas)}{when})")
     return ("Rows: " + "; ".join(parts) + ".") if parts else "No rows yet."

@@ -65,8 +65,9 @@ def peer(ctx: Context, pair: str, args: tuple[str, ...], limit_s: float, peers_f
          **link: Any) -> dict | None:
     """Run one plain peer; its result line, stamped, appended to the peers file (None if it gave none)."""
     script, *rest = args
-    if ctx.smoke:
-        rest = [a for a in rest if a not in ("--batch", "512")] + list(SMOKE_PEER[script])
+    if ctx.smoke:  # the peer's own tiny configuration, its batch included
+        batch_at = rest.index("--batch") if "--batch" in rest else len(rest)
+        rest = rest[:batch_at] + rest[batch_at + 2:] + list(SMOKE_PEER[script])
     step = ctx.run(f"{pair} peer", [ctx.python, PEERS / script, *rest], limit_s, cwd=PEERS)
     lines = [line for line in (step.output if step else "").splitlines() if line.startswith("{")]
     if not step or not step.ok or not lines:

@@ -8,13 +8,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from runbook.steps import ROOT, SMOKE_MODEL, Context
 
-PORT = 8100
 SERVE_SPEC = "experiments/resnet50_serve.toml"
 SMOKE_SERVE = {**SMOKE_MODEL, "serve.max_batch": 8, "serve.pad_multiple": 4, "serve.max_queue": 64,
                "serve.decode_workers": 2}
@@ -58,12 +58,19 @@ def server(ctx: Context, name: str, cmd: list, env: dict[str, str] | None = None
                 continue
 
 
-def load(ctx: Context, rows: str, rate: int, kind: str, plan: Load, *extra: str) -> None:
+def free_port() -> int:
+    """A port nobody listens on now (the servers of one section take turns on it)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def load(ctx: Context, port: int, rows: str, rate: int, kind: str, plan: Load, *extra: str) -> None:
     """One `cnnbench load` row: one client process per ~2,500 req/s, connections to match the rate (at
     100 req/s, 512 idle connections would outlive uvicorn's 5 s keep-alive and reconnect)."""
     processes = min(rate // 2500 + 1, plan.max_processes)
     connections = min(max(rate // 8, 32), 512)
-    ctx.run(f"load {kind} {rate} req/s", [ctx.python, "-m", "cnnbench.cli", "load", f"http://127.0.0.1:{PORT}",
+    ctx.run(f"load {kind} {rate} req/s", [ctx.python, "-m", "cnnbench.cli", "load", f"http://127.0.0.1:{port}",
                                           "--rate", rate, "--requests", rate * plan.seconds, "--duration",
                                           plan.seconds, "--input", kind, "--processes", processes, "--connections",
                                           connections, "--timeout", 20, "--wait", 150, "--out", ctx.out / rows,
@@ -72,11 +79,12 @@ def load(ctx: Context, rows: str, rate: int, kind: str, plan: Load, *extra: str)
 
 def serving(ctx: Context) -> None:
     plan = SMOKE_LOAD if ctx.smoke else GPU_LOAD
+    port = free_port()
     device = "cpu" if ctx.smoke else "gpu"
     for parser in ("auto", "h11"):  # the HTTP stack alone: uvicorn's default parser (httptools), then h11
-        with server(ctx, f"no-model {parser}", [ctx.python, "tests/numpy_serve_engine.py", PORT, 0, 32, 512, 5,
+        with server(ctx, f"no-model {parser}", [ctx.python, "tests/numpy_serve_engine.py", port, 0, 32, 512, 5,
                                                 "dynamic", parser], {"NUMPY_ENGINE_SHAPE": plan.shape}):
-            load(ctx, "h200_stack_http.csv", plan.high, "raw", plan)
+            load(ctx, port, "h200_stack_http.csv", plan.high, "raw", plan)
     spec = ctx.spec(SERVE_SPEC, "resnet50_serve", {}, SMOKE_SERVE)
     graphs = ctx.spec(SERVE_SPEC, "resnet50_serve_graphs", {"torch.serve_cuda_graphs": True}, SMOKE_SERVE)
     for config, backend, this_spec in (("torch", "torch", spec), ("torch-graphs", "torch", graphs),
@@ -88,13 +96,13 @@ def serving(ctx: Context) -> None:
         # the plain route is the same with and without CUDA graphs: measured once
         for batching in ("dynamic",) if config == "torch-graphs" else ("dynamic", "none"):
             with server(ctx, f"{config} {batching}", [ctx.python, "-m", "cnnbench.cli", "serve", this_spec, "-b",
-                                                      backend, "--device", device, "--port", PORT, "--batching",
+                                                      backend, "--device", device, "--port", port, "--batching",
                                                       batching]):
-                load(ctx, "h200_serve_http.csv", plan.low, "raw", plan)
+                load(ctx, port, "h200_serve_http.csv", plan.low, "raw", plan)
                 if batching == "dynamic":
-                    load(ctx, "h200_serve_http.csv", plan.mid, "raw", plan)
-                    load(ctx, "h200_serve_http.csv", plan.high, "raw", plan)
-                    load(ctx, "h200_serve_http.csv", plan.jpeg, "jpeg", plan, "--source-size", "500x375")
+                    load(ctx, port, "h200_serve_http.csv", plan.mid, "raw", plan)
+                    load(ctx, port, "h200_serve_http.csv", plan.high, "raw", plan)
+                    load(ctx, port, "h200_serve_http.csv", plan.jpeg, "jpeg", plan, "--source-size", "500x375")
                 else:
-                    load(ctx, "h200_serve_http.csv", plan.plain_high, "raw", plan)
+                    load(ctx, port, "h200_serve_http.csv", plan.plain_high, "raw", plan)
 
