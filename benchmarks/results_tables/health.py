@@ -9,6 +9,10 @@ ABSENT = missing("health")
 PROBES = "h200_health_probes.jsonl"
 
 
+def _unit(value: float | None, unit: str) -> str:
+    return "—" if value is None else number(value) + unit
+
+
 def training(results: Results) -> list[str]:
     rows = [r for r in results.csv("h200_health.csv") if r["spec_name"] == "health_profile"]
     latest = newest(rows, lambda r: r["backend"])
@@ -20,8 +24,8 @@ def training(results: Results) -> list[str]:
             continue
         lines.append([f"{backend} / {strategy}", number(row["images_per_sec"]), share(row.get("device_busy_share")),
                       share(row.get("copy_share")), share(row.get("sync_share")),
-                      number(row.get("h2d_bytes_per_image")), number(row.get("nvml_gpu_util_pct")) + "%",
-                      number(row.get("nvml_power_w")) + " W"])
+                      number(row.get("h2d_bytes_per_image")), _unit(row.get("nvml_gpu_util_pct"), "%"),
+                      _unit(row.get("nvml_power_w"), " W")])
     header = ["backend", "img/s", "GPU busy", "memcpy", "sync", "H2D bytes/image", "NVML util", "power"]
     return table(header, lines) + ["", provenance({"h200_health.csv": list(latest.values())})]
 
@@ -85,7 +89,7 @@ def loader(results: Results) -> list[str]:
         if "error" in row:
             lines.append([name, f"failed to start: {row['error'][:80]}", "", "", ""])
         else:
-            lines.append([name, str(row.get("gpu_processes")), number(row.get("worker_gpu_mb")),
+            lines.append([name, number(row.get("gpu_processes")), number(row.get("worker_gpu_mb")),
                           number(row.get("images_per_sec")), number(row.get("start_s"), 1)])
     header = ["workers (start method)", "GPU processes (trainer included)", "GPU memory of the workers MiB",
               "loader img/s", "start s"]

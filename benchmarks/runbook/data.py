@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runbook.pairs import TRAIN_SPEC
-from runbook.steps import SMOKE_TRAIN, Context, wheels_hint
+from runbook.steps import SMOKE_TRAIN, Context, install_wheels, wheels_hint
 
 # (folder, `cnnbench samples` arguments on the GPU host, in SMOKE)
 SAMPLES = {
@@ -44,12 +44,15 @@ def frame_samples(ctx: Context) -> Path | None:
 
 IMAGEFOLDER = "experiments/resnet50_imagefolder.toml"
 SMOKE_FILES = {"image_size": 32, "per_device_batch": 4, "device": "cpu", "precision": "fp32", "data.workers": 1,
-               "model": "resnet18_cifar", "timing.window_steps": 2, "epochs": 2}
+               "model": "resnet18_cifar", "timing.window_steps": 2}
 
 
 def real_input(ctx: Context) -> None:
     """ResNet-50 bf16 at 224 from 2,048 JPEG files (PyTorch DataLoader, JAX grain) beside the same
     backend on resident synthetic images; PyTorch with nvJPEG decode last."""
+    missing = install_wheels(ctx, ["simplejpeg", "grain"])  # the JPEG decoder, JAX's loader
+    if "simplejpeg" in missing:
+        ctx.say(f"simplejpeg is not installed: decode falls back to OpenCV ({wheels_hint()})")
     if samples(ctx, "samples") is None:
         return
     files = ctx.spec(IMAGEFOLDER, "resnet50_imagefolder", {"timeout_s": 200}, SMOKE_FILES)
@@ -57,7 +60,7 @@ def real_input(ctx: Context) -> None:
                          {"timing.warmup_steps": 5, "timing.window_steps": 10, "timing.windows": 3,
                           "jax.strategies": ["sharded"], "timeout_s": 100}, SMOKE_TRAIN)
     for backend in ("torch", "jax"):
-        if backend == "jax" and ctx.missing("grain"):
+        if backend == "jax" and "grain" in missing:
             ctx.skip("jax from files", f"grain is not installed: {wheels_hint()}")
         else:
             ctx.cnnbench(f"{backend} from files", "run", files, "h200_data.csv", 220, "-b", backend, "-v")

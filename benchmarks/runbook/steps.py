@@ -97,7 +97,8 @@ class Context:
         env.update(TORCHINDUCTOR_CACHE_DIR=str(self.cache / "torch"), TORCHINDUCTOR_FX_GRAPH_CACHE="1",
                    TORCHINDUCTOR_AUTOGRAD_CACHE="1", JAX_COMPILATION_CACHE_DIR=str(self.cache / "jax"),
                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1",
-                   CNNBENCH_DATA=str(self.cache / "data"), PYTHONUNBUFFERED="1")
+                   # SMOKE's tiny samples never stand in for the real ones, whatever the cache folder
+                   CNNBENCH_DATA=str(self.cache / ("data-smoke" if self.smoke else "data")), PYTHONUNBUFFERED="1")
         if self.smoke:
             env.update(SMOKE="1", CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
         return env
