@@ -196,8 +196,12 @@ def install_wheels(ctx: Context, modules: Sequence[str]) -> list[str]:
     missing = ctx.missing(*modules)
     folder = ROOT / ".whl"
     if missing and folder.is_dir():
-        ctx.run("install wheels", [ctx.python, "-m", "pip", "install", "--no-index", "--find-links", folder, "-r",
-                                   WHEELS], 300)
+        # only what is missing (pinned as gpu_wheels.txt pins it): one absent wheel must not stop the others
+        pins = {line.split("==")[0].strip().lower().replace("-", "_"): line.strip()
+                for line in WHEELS.read_text().splitlines() if line.strip() and not line.startswith("#")}
+        wanted = [pins.get(module.lower(), module) for module in missing]
+        ctx.run("install wheels", [ctx.python, "-m", "pip", "install", "--no-index", "--find-links", folder,
+                                   *wanted], 300)
         importlib.invalidate_caches()
         missing = ctx.missing(*modules)
     return missing
