@@ -13,6 +13,7 @@ from results_tables.rows import (
     provenance,
     rate,
     ratio,
+    share,
     table,
 )
 
@@ -25,6 +26,10 @@ PAIR_LABELS = {  # runbook pair -> (label, batch, section)
     "jax": ("JAX sharded", 256, "training-jax"),
     "jax-b512": ("JAX sharded", 512, "training-jax"),
 }
+
+
+def _gib(row: Row) -> str:
+    return "—" if row.get("peak_memory_mb") is None else f"{row['peak_memory_mb'] / 1024:.1f}"
 
 
 def _first_step(row: Row | None) -> str:
@@ -43,7 +48,7 @@ def baseline(results: Results) -> list[str]:
             row = latest.get((backend, strategy, compiled))
             shown.append(row)
             cells = [rate(row, "baseline")]
-            cells += ([number(row["step_time_ms_median"], 1), _first_step(row), f"{100 * row['mfu']:.1f}%",
+            cells += ([number(row["step_time_ms_median"], 1), _first_step(row), share(row.get("mfu")),
                        number(row["peak_memory_mb"])] if ok(row) else ["—"] * 4)
             lines.append([model, f"{backend} / {strategy}", label, *cells])
     header = ["model", "backend / strategy", "compile", "images/s", "step ms (median)", "first step s", "MFU",
@@ -179,7 +184,7 @@ def model_parallel(results: Results) -> list[str]:
         row = latest.get((backend, strategy, micro))
         lines.append([f"{backend} / {strategy}", shape, rate(row, "model-parallel"),
                       number(row["step_time_ms_median"], 1) if ok(row) else "—",
-                      f"{row['peak_memory_mb'] / 1024:.1f}" if ok(row) else "—"])
+                      _gib(row) if ok(row) else "—"])
     header = ["backend / strategy", "mesh / micro-batches", "images/s", "step ms", "peak memory GiB"]
     return table(header, lines, "llrrr") + ["", provenance({"h200_model_parallel.csv": list(latest.values())})]
 
@@ -198,7 +203,7 @@ def microbatches(results: Results) -> list[str]:
             section = "model-parallel" if count == 4 else "microbatches"
             versus = ratio(row["images_per_sec"], base["images_per_sec"], 2) if ok(row) and ok(base) else None
             cells += [rate(row, section) + (f" ({versus}x)" if versus else ""),
-                      f"{row['peak_memory_mb'] / 1024:.1f}" if ok(row) else "—"]
+                      _gib(row) if ok(row) else "—"]
         lines.append(cells)
     header = ["micro-batches of", "torch img/s (vs ddp)", "torch peak GiB", "jax img/s (vs sharded)", "jax peak GiB"]
     return table(header, lines) + ["", provenance({"h200_model_parallel.csv": [r for r in used if r]})]

@@ -6,14 +6,12 @@ from __future__ import annotations
 from runbook.pairs import PERF_ROWS, TRAIN_SPEC, cnnbench_row, peer, run_pair
 from runbook.steps import SMOKE_TRAIN, Context
 
-R18_SMOKE = {**SMOKE_TRAIN, "model": "resnet18_cifar", "image_size": 32}
-
 
 def baseline(ctx: Context) -> None:
     """Every training path once: ResNet-50 (torch eager and compiled, jax sharded and pmap), ResNet-18."""
     for model, base, rows, smoke in (("resnet50", TRAIN_SPEC, "h200_resnet50.csv", SMOKE_TRAIN),
                                      ("resnet18", "experiments/resnet18_synthetic.toml", "h200_resnet18.csv",
-                                      R18_SMOKE)):
+                                      SMOKE_TRAIN)):
         stem = base.rsplit("/", 1)[-1].removesuffix(".toml")
         for label, changes, limit in (("torch eager", {"backends": ["torch"]}, 80),
                                       ("torch compiled", {"backends": ["torch"], "compile": True}, 120),
