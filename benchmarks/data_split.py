@@ -14,7 +14,7 @@ prepare, the ResNet-50 of backends/torch/models.py) and measures each stage alon
   the next batch overlap the current one's compute).
 
 python benchmarks/data_split.py --jpeg DIR --video FILE [--batch 16] [--size 1080 1920] [--precision bf16]
-       [--workers 14] [--compile] [--device cuda|cpu] [--out split.json]
+       [--workers 14] [--compile] [--device cuda|cpu] [--batches 12] [--repeat 10] [--out split.json]
 """
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ def main() -> None:
     parser.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default="bf16")
     parser.add_argument("--workers", type=int, default=14)
     parser.add_argument("--batches", type=int, default=12)
+    parser.add_argument("--repeat", type=int, default=10, help="timed calls per copy and compute median")
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out")
@@ -110,7 +111,8 @@ def main() -> None:
     f32 = torch.randn(b, 3, *size)
     copies = {"uint8_pinned": u8.pin_memory() if on_gpu else u8, "fp32_pageable": f32,
               "fp32_pinned": f32.pin_memory() if on_gpu else f32}
-    result["copy_ms"] = {name: _timed(lambda t=t: t.to(device, non_blocking=True), sync) for name, t in copies.items()}
+    result["copy_ms"] = {name: _timed(lambda t=t: t.to(device, non_blocking=True), sync, args.repeat)
+                         for name, t in copies.items()}
 
     # -- compute ------------------------------------------------------------------------------------
     model = build_model("resnet50", size, 3, 1000).to(device, memory_format=torch.channels_last).eval()
@@ -134,7 +136,8 @@ def main() -> None:
     prepare_and_model()
     sync()
     result["first_call_s"] = time.perf_counter() - begun
-    result["compute_ms"] = {"model": _timed(model_only, sync), "prepare_and_model": _timed(prepare_and_model, sync)}
+    result["compute_ms"] = {"model": _timed(model_only, sync, args.repeat),
+                            "prepare_and_model": _timed(prepare_and_model, sync, args.repeat)}
 
     # -- end to end ---------------------------------------------------------------------------------
     for name, plan in (("jpeg", jpeg), ("video", video)):

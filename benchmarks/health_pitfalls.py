@@ -6,10 +6,10 @@
     python3 benchmarks/health_pitfalls.py pinned  --cap-gib 32
     python3 benchmarks/health_pitfalls.py pinned-past
     python3 benchmarks/health_pitfalls.py claims
-    python3 benchmarks/health_pitfalls.py summary --rows CSV --probes JSONL
+    python3 benchmarks/health_pitfalls.py threads TRACE_DIR
 
 Run from the repository root (it imports cnnbench and backends). Everything falls back to the CPU
-where no GPU is found, so that ``SMOKE=1 benchmarks/gpu_health.sh`` can check the script itself.
+where no GPU is found, so that ``benchmarks/gpu.py --smoke health`` can check the script itself.
 """
 
 from __future__ import annotations
@@ -436,41 +436,6 @@ def threads(args) -> None:
          lines=[[p, t, n, samples[(p, t)]] for (p, t), n in lines.most_common(12)])
 
 
-def summary(args) -> None:
-    """The numbers the README needs, compactly."""
-    from cnnbench.table import store
-
-    rows = store.read_rows(args.rows) if args.rows.exists() and args.rows.stat().st_size else []
-
-    def f(value, spec="{:.3g}"):
-        return "-" if value is None else spec.format(value)
-
-    print("health of profiled training runs (traced window):")
-    for r in rows:
-        if r["spec_name"] == "health_profile":
-            print(f"  {r['backend']:6s} {r['status']:6s} img/s {f(r.get('images_per_sec'), '{:,.0f}')} busy "
-                  f"{f(r.get('device_busy_share'), '{:.1%}')} copy {f(r.get('copy_share'), '{:.1%}')} sync "
-                  f"{f(r.get('sync_share'), '{:.1%}')} h2d B/img {f(r.get('h2d_bytes_per_image'), '{:.0f}')} "
-                  f"nvml util {f(r.get('nvml_gpu_util_pct'), '{:.0f}%')} power {f(r.get('nvml_power_w'), '{:.0f} W')} "
-                  f"first {f(r.get('first_step_s'), '{:.1f} s')} {r.get('error') or ''}")
-    print("first step in a fresh process (compile cache):")
-    for r in rows:
-        if r["spec_name"].startswith("health_cache"):
-            print(f"  {r['backend']:6s} {r['spec_name'][13:]:5s} compile={r['compile']} first step "
-                  f"{f(r.get('first_step_s'), '{:.1f} s')} {r['status']} {r.get('error') or ''}")
-    for line in args.probes.read_text().splitlines():
-        item = json.loads(line)
-        kind = item.pop("probe")
-        if kind == "layers_compare":
-            print(f"per layer, device us per image, batch {item['batches'][0]} vs {item['batches'][1]}:")
-            for name, a, b in item["rows"]:
-                print(f"  {name:28s} {a:10.1f} {f(b, '{:10.1f}')}")
-            print(f"  {'all layers':28s} {item['total'][0]:10.1f} {item['total'][1]:10.1f}")
-            continue
-        print(f"{kind}: " + ", ".join(f"{k}={f(v) if isinstance(v, float) else v}" for k, v in item.items()
-                                      if k not in ("top_kernels", "error") or kind.startswith("pinned"))[:600])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="what", required=True)
@@ -502,12 +467,9 @@ def main() -> None:
     p = sub.add_parser("threads")
     p.add_argument("trace")
     sub.add_parser("claims")
-    p = sub.add_parser("summary")
-    p.add_argument("--rows", type=Path, required=True)
-    p.add_argument("--probes", type=Path, required=True)
     args = parser.parse_args()
     commands = {"layers": layers, "cudnn": cudnn, "loader": loader, "pinned": pinned, "pinned-past": pinned_past,
-                "threads": threads, "claims": claims, "summary": summary}
+                "threads": threads, "claims": claims}
     commands[args.what](args)
 
 

@@ -1,4 +1,5 @@
-"""Reference numbers for `cnnbench serve`, without HTTP, and the summary of `gpu_serve.sh`.
+"""Reference numbers for `cnnbench serve`, without HTTP (the serving sections of `benchmarks/gpu.py`), and the
+summary of `gpu_serve.sh` (``summary OUT_DIR``).
 
 ``measure SPEC BACKEND DEVICE OUT.jsonl``: builds the server's own engine (uint8 staging buffers, pinned
 on a GPU; the copy stream or async device_put) and appends one JSON line with
@@ -10,8 +11,6 @@ on a GPU; the copy stream or async device_put) and appends one JSON line with
 - ``decode_per_s_1`` / ``decode_per_s_workers``: JPEG decode + resize to the model's size of a
   ``SOURCE`` picture (default 500x375, ImageNet's typical size), one thread and ``decode_workers``
   threads.
-
-``summary OUT_DIR``: the table the README needs, from OUT_DIR/{stack,serve}_http.csv and pipeline.jsonl.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ faults and draining can be checked exactly, and quickly, without a deep-learning
 
 Usage: python tests/numpy_serve_engine.py PORT COMPUTE_MS MAX_BATCH MAX_QUEUE DEADLINE_MS [BATCHING [HTTP
 [FRONTENDS]]]
-(benchmarks/gpu_serve.sh also serves it with COMPUTE_MS 0: what the HTTP stack alone sustains).
+(`benchmarks/gpu.py serving` and benchmarks/gpu_serve.sh also serve it with COMPUTE_MS 0: what the HTTP stack alone sustains).
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ def main() -> None:
                             "top_k": 2, **extra})
     info = {"image_shape": list(SHAPE), "model_name": "numpy",
             "row": {"schema_version": 3, "mode": "serve-http", "variant": batching, "backend": "numpy",
+                    "spec_name": "http_stack", "git_sha": envinfo.git_sha(),
                     "model": "none (HTTP stack only)", "backend_options": "", "max_batch": int(max_batch),
                     "batch_timeout_ms": float(deadline_ms), "max_queue": int(max_queue), "decode_workers": 2}}
     build_s = float(os.environ.get("NUMPY_ENGINE_BUILD_S", "0"))

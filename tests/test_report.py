@@ -167,8 +167,7 @@ def test_the_ablation_is_signed_one_way_everywhere_and_marks_skipped_toggles(tmp
 
 
 def test_the_results_page_ablation_table_uses_the_same_sign(tmp_path):
-    """#26.5: in the results page's ablation table (docs/results.md, once the README's) a speed-up above 1
-    is a negative change, below 1 a positive one."""
+    """#26.5: in docs/results.md's ablation table a speed-up above 1 is a negative change, below 1 a positive one."""
     page = (report_rows.REPO / "docs" / "results.md").read_text()
     cells = re.findall(r"([+-]\d+\.\d+) ms \((\d+\.\d+)x\)", page)
     assert len(cells) >= 10

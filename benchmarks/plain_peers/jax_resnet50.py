@@ -1,7 +1,8 @@
 """Plain JAX/Flax ResNet-50 training loop, as a skilled user writes it without cnnbench:
 flax.linen ResNet-50 v1.5 with nn.BatchNorm, bf16 compute, jax.jit with donated state, optax SGD.
 
-python benchmarks/plain_peers/jax_resnet50.py [--batch 256] [--image-size 224]
+python benchmarks/plain_peers/jax_resnet50.py [--batch 256] [--image-size 224] [--tiny]
+(``--tiny``: one bottleneck block instead of 16, a quick check of the script on a CPU)
 """
 
 from __future__ import annotations
@@ -36,13 +37,14 @@ class Bottleneck(nn.Module):
 
 class ResNet50(nn.Module):
     dtype: jnp.dtype = jnp.bfloat16
+    blocks: tuple[int, ...] = (3, 4, 6, 3)  # per stage
 
     @nn.compact
     def __call__(self, x, train: bool = True):
         x = nn.Conv(64, (7, 7), (2, 2), padding=((3, 3), (3, 3)), use_bias=False, dtype=self.dtype)(x)
         x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5, dtype=self.dtype)(x))
         x = nn.max_pool(x, (3, 3), (2, 2), padding=((1, 1), (1, 1)))
-        for stage, blocks in enumerate((3, 4, 6, 3)):
+        for stage, blocks in enumerate(self.blocks):
             for block in range(blocks):
                 x = Bottleneck(64 * 2**stage, 2 if stage > 0 and block == 0 else 1, self.dtype)(x, train)
         return nn.Dense(1000, dtype=self.dtype)(x.mean(axis=(1, 2))).astype(jnp.float32)
@@ -52,8 +54,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--image-size", type=int, default=224, help="smaller: a quick check on a CPU")
+    parser.add_argument("--tiny", action="store_true", help="one block: a quick check on a CPU")
     args = parser.parse_args()
-    model = ResNet50()
+    model = ResNet50(blocks=(1,) if args.tiny else ResNet50.blocks)
     x = jax.random.normal(jax.random.key(1), (args.batch, args.image_size, args.image_size, 3))
     y = jax.random.randint(jax.random.key(2), (args.batch,), 0, 1000)
     variables = model.init(jax.random.key(0), x[:1], train=False)

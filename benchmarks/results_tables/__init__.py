@@ -1,0 +1,1 @@
+"""The result tables of docs/results.md, each built from the committed rows (benchmarks/tables.py)."""

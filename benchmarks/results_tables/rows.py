@@ -1,0 +1,109 @@
+"""The committed rows as the table builders read them, and the few ways a cell is written.
+
+Rows of one configuration measured more than once: the newest row counts (by timestamp, then file
+order), whatever its status, so that a table shows what the current code did last. A cell without a
+row says which runbook section makes it; a cell that cannot be measured on the hardware says why.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from runbook import sidefile  # noqa: E402
+
+from cnnbench.table import store  # noqa: E402
+
+Row = dict[str, Any]
+NO_TF_GPU = ("not measurable on the GPU host: TensorFlow's CUDA wheels are far over what can be carried there, "
+             "and it has no TensorFlow")
+
+
+def missing(section: str) -> str:
+    return f"not measured yet: `benchmarks/gpu.py {section}`"
+
+
+class Results:
+    """The results folder, each file read once."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._read: dict[str, list[Row]] = {}
+
+    def csv(self, name: str) -> list[Row]:
+        if name not in self._read:
+            path = self.folder / name
+            self._read[name] = store.read_rows(path) if path.exists() else []
+        return self._read[name]
+
+    def jsonl(self, name: str) -> list[Row]:
+        if name not in self._read:
+            self._read[name] = sidefile.read(self.folder / name)
+        return self._read[name]
+
+
+def _when(row: Row) -> str:
+    return str(row.get("timestamp_utc") or "")[:19]
+
+
+def newest(rows: Iterable[Row], key: Callable[[Row], Any]) -> dict[Any, Row]:
+    """KEY(row) -> the newest row of that key."""
+    found: dict[Any, tuple[tuple[str, int], Row]] = {}
+    for index, row in enumerate(rows):
+        k = key(row)
+        order = (_when(row), index)
+        if k not in found or order >= found[k][0]:
+            found[k] = (order, row)
+    return {k: row for k, (_, row) in found.items()}
+
+
+def ok(row: Row | None) -> bool:
+    return row is not None and row.get("status", "ok") == "ok"
+
+
+def number(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}"
+
+
+def rate(row: Row | None, section: str, field: str = "images_per_sec", digits: int = 0) -> str:
+    """A row's figure, its status where it did not finish, or what makes it where there is no row."""
+    if row is None:
+        return missing(section)
+    if not ok(row):
+        return f"{row.get('status')}: {str(row.get('error') or '')[:70]}".rstrip(": ")
+    return number(row.get(field), digits)
+
+
+def ratio(a: float | None, b: float | None, digits: int = 3) -> str | None:
+    return f"{a / b:.{digits}f}" if a and b else None
+
+
+def share(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None else f"{100 * value:.{digits}f}%"
+
+
+def table(header: list[str], rows: Iterable[list[str]], align: str | None = None) -> list[str]:
+    """A markdown table; ALIGN holds one letter per column: l (left) or r (right, the default for figures)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    marks = ["---" if a == "l" else "---:" for a in align]
+    return ["| " + " | ".join(header) + " |", "|" + "|".join(marks) + "|",
+            *("| " + " | ".join(cells) + " |" for cells in rows)]
+
+
+def provenance(files: dict[str, list[Row]]) -> str:
+    """Which files, commits and days the shown rows come from (one line under a table)."""
+    parts = []
+    for name, rows in files.items():
+        shas = sorted({str(r.get("git_sha") or "").removesuffix("-dirty")[:8] or "not recorded" for r in rows if r})
+        days = sorted({_when(r)[:10] for r in rows if r and _when(r)})
+        when = f", {days[0]}" + (f" to {days[-1]}" if len(days) > 1 else "") if days else ""
+        if rows:
+            parts.append(f"`results/{name}` (git {', '.join(shas)}{when})")
+    return ("Rows: " + "; ".join(parts) + ".") if parts else "No rows yet."

@@ -1,0 +1,80 @@
+"""The serving table: the engine and the in-process batcher without HTTP, then `cnnbench serve` under
+`cnnbench load` on the same host, for PyTorch eager, PyTorch with CUDA graphs and JAX."""
+
+from __future__ import annotations
+
+from results_tables.rows import Results, Row, missing, newest, number, ok, provenance, table
+
+CONFIGS = ("torch", "torch-graphs", "jax")
+ABSENT = missing("serving")
+
+
+def _config(backend: str, options: str | None) -> str:
+    return f"{backend}-graphs" if "cuda_graphs=True" in (options or "") else backend
+
+
+def serving(results: Results) -> list[str]:
+    pipeline = newest(results.jsonl("h200_serve_pipeline.jsonl"),
+                      lambda r: _config(r["backend"], "cuda_graphs=True" if r.get("cuda_graphs") else ""))
+    http = newest(results.csv("h200_serve_http.csv"),
+                  lambda r: (_config(r["backend"], r["backend_options"]), r["variant"], r["request_input"],
+                             r["arrival_rate_rps"]))
+    stack = newest(results.csv("h200_stack_http.csv"),
+                   lambda r: (r["backend_options"] or "").rsplit("http=", 1)[-1])
+
+    def engine(config: str) -> float | None:
+        found = pipeline.get(config)
+        return found["engine_img_s"] if found else None
+
+    def pipe(config: str, text) -> str:
+        found = pipeline.get(config)
+        return text(found) if found else ABSENT
+
+    def load(config: str, variant: str, kind: str, offered: int, text) -> str:
+        if variant == "none" and config == "torch-graphs":
+            return "(as torch: one forward per request)"
+        row: Row | None = http.get((config, variant, kind, offered))
+        if row is None:
+            return ABSENT
+        return text(row) if ok(row) else f"{row['status']}: {str(row.get('error') or '')[:60]}"
+
+    def answered(row: Row, config: str) -> str:
+        base = engine(config)
+        part = f" ({row['images_per_sec'] / base:.0%} of the engine)" if base else ""
+        return f"{number(row['images_per_sec'])}{part}, mean batch {number(row.get('mean_batch'), 1)}"
+
+    def p50_p99(row: Row) -> str:
+        return f"{number(row['latency_ms_p50'], 1)} / {number(row['latency_ms_p99'], 1)}"
+
+    lines = [
+        ["engine alone, batch 32, img/s (one batch ms)",
+         *(pipe(c, lambda p: f"{number(p['engine_img_s'])} ({p['batch_ms']:.2f} ms)") for c in CONFIGS)],
+        ["in-process pipelined batcher, img/s (share of the engine)",
+         *(pipe(c, lambda p: f"{number(p['batcher_img_s'])} ({p['batcher_img_s'] / p['engine_img_s']:.0%})")
+           for c in CONFIGS)],
+        ["HTTP, raw, 3,000 req/s offered: answered img/s, p99 ms, mean batch",
+         *(load(c, "dynamic", "raw", 3000, lambda r: f"{number(r['images_per_sec'])}, {number(r['latency_ms_p99'], 1)}"
+                f", {number(r.get('mean_batch'), 1)}") for c in CONFIGS)],
+        ["HTTP, raw, saturation (8,000 req/s offered): answered img/s, mean batch",
+         *(load(c, "dynamic", "raw", 8000, lambda r, c=c: answered(r, c)) for c in CONFIGS)],
+        ["HTTP, raw, 100 req/s: p50 / p99 ms (target: 5 ms + one batch + 5 ms)",
+         *(load(c, "dynamic", "raw", 100, p50_p99) for c in CONFIGS)],
+        ["HTTP, JPEG 500x375, saturation (4,000 req/s offered): answered img/s",
+         *(load(c, "dynamic", "jpeg", 4000, lambda r: number(r["images_per_sec"])) for c in CONFIGS)],
+        ["JPEG decode + resize, 1 thread / the server's decode threads, img/s",
+         *(pipe(c, lambda p: f"{number(p['decode_per_s_1'])} / {number(p['decode_per_s_workers'])} "
+                             f"({p['decode_workers']} threads)") for c in CONFIGS)],
+        ["plain route (one forward per request), 100 req/s: p50 / p99 ms",
+         *(load(c, "none", "raw", 100, p50_p99) for c in CONFIGS)],
+        ["plain route, saturation (1,500 req/s offered): answered img/s",
+         *(load(c, "none", "raw", 1500, lambda r: number(r["images_per_sec"])) for c in CONFIGS)],
+    ]
+    parsers = []
+    for parser in ("httptools_impl", "h11_impl"):
+        row = stack.get(parser)
+        parsers.append(number(row["images_per_sec"]) if ok(row) else ABSENT if row is None else row["status"])
+    lines.append(["HTTP stack alone (no model), raw, 8,000 req/s offered: answered req/s, httptools / h11 parser",
+                  " / ".join(parsers), "(the same server)", "(the same server)"])
+    shown = {"h200_serve_pipeline.jsonl": list(pipeline.values()), "h200_serve_http.csv": list(http.values()),
+             "h200_stack_http.csv": list(stack.values())}
+    return table(["", "torch", "torch, CUDA graphs", "jax"], lines, "lrrr") + ["", provenance(shown)]

@@ -1,0 +1,187 @@
+"""The sections of the GPU runbook, declared: what each runs, how long it takes on one H200 with the
+compile caches warm, which files' code makes its rows, and which rows of the results files are its own."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runbook import data, health, inference, serving, sidefile, training
+from runbook.pairs import read_rows
+from runbook.steps import Context
+
+Row = dict
+Pick = Callable[[Row], bool]
+
+
+def everything(_: Row) -> bool:
+    return True
+
+
+def spec_is(*names: str) -> Pick:
+    return lambda row: row.get("spec_name") in names
+
+
+def spec_starts(prefix: str) -> Pick:
+    return lambda row: (row.get("spec_name") or "").startswith(prefix)
+
+
+def field_is(name: str, *values: str) -> Pick:
+    return lambda row: row.get(name) in values
+
+
+@dataclass(frozen=True)
+class Output:
+    """Rows of one results file that a section writes (CSV rows or JSON lines)."""
+
+    file: str
+    pick: Pick = everything
+
+    def rows(self, results: Path) -> list[Row]:
+        path = results / self.file
+        found = sidefile.read(path) if path.suffix in (".jsonl", ".json") else read_rows(path)
+        return [row for row in found if self.pick(row)]
+
+
+# Code every training or inference row depends on (the lead's restructuring moves some of these files;
+# a path that does not exist simply matches nothing).
+CORE = ("cnnbench/run", "cnnbench/runs.py", "cnnbench/spec.py", "cnnbench/options.py", "cnnbench/registry.py",
+        "cnnbench/backend.py", "cnnbench/expand.py", "cnnbench/rows.py", "cnnbench/gpu_monitor.py",
+        "cnnbench/model", "cnnbench/table", "backends/__init__.py", "benchmarks/runbook/steps.py")
+TORCH, JAX = "backends/torch", "backends/jax"
+PAIRS = ("benchmarks/runbook/pairs.py", "experiments/resnet50_synthetic.toml")
+INFER = ("cnnbench/infer", "experiments/resnet50_infer.toml", "benchmarks/runbook/inference.py")
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    minutes: float                    # expected on one H200, compile caches warm
+    summary: str
+    run: Callable[[Context], None]
+    deps: tuple[str, ...]             # paths (git pathspecs) whose code makes the rows
+    outputs: tuple[Output, ...]
+    needs: tuple[str, ...] = field(default=())  # modules the GPU host lacks unless the wheels were carried
+
+
+def _compare(*pairs: str) -> tuple[Output, ...]:
+    return (Output("h200_perf.csv", spec_is(*(f"compare_{p}" for p in pairs))),
+            Output("h200_perf_peers.jsonl", field_is("pair", *pairs)))
+
+
+SECTIONS: dict[str, Section] = {s.name: s for s in (
+    Section("baseline", 8, "every training path once: ResNet-50 (torch eager and compiled, jax sharded and pmap), "
+            "ResNet-18 CIFAR", training.baseline,
+            (*CORE, TORCH, JAX, "experiments/resnet50_synthetic.toml", "experiments/resnet18_synthetic.toml",
+             "benchmarks/runbook/training.py"),
+            (Output("h200_resnet50.csv"), Output("h200_resnet18.csv"))),
+    Section("training", 7, "PyTorch eager, compiled model only and compiled whole step beside their plain peers",
+            training.training, (*CORE, *PAIRS, TORCH, "benchmarks/plain_peers/torch_resnet50.py"),
+            _compare("eager", "model", "step")),
+    Section("training-graphs", 5, "the whole step with CUDA graphs (reduce-overhead) beside its plain peer",
+            training.training_graphs, (*CORE, *PAIRS, TORCH, "benchmarks/plain_peers/torch_resnet50.py"),
+            _compare("step-cudagraphs")),
+    Section("training-jax", 4, "JAX sharded at batch 256 and 512 beside the plain Flax loop", training.training_jax,
+            (*CORE, *PAIRS, JAX, "benchmarks/plain_peers/jax_resnet50.py"), _compare("jax", "jax-b512")),
+    Section("options", 8, "one option at a time: fused/foreach SGD, reduce-overhead, JAX batch 512 and 1024, XLA "
+            "command buffers off, max-autotune last", training.options,
+            (*CORE, TORCH, JAX, "experiments/resnet50_synthetic.toml", "benchmarks/runbook/training.py"),
+            (Output("h200_options.csv"),)),
+    Section("options-ddp", 8, "the 1-process DDP wrapper with each ddp_compile mode beside the peer's --ddp",
+            training.options_ddp, (*CORE, *PAIRS, TORCH, "benchmarks/plain_peers/torch_resnet50.py"),
+            (Output("h200_perf.csv", spec_starts("torch_ddp_")),
+             Output("h200_perf_peers.jsonl", lambda r: r.get("pair", "").startswith("ddp-")))),
+    Section("inference-torch", 8, "PyTorch inference by input at batches 256, 512, then 1, 64; the plain compiled "
+            "forward at 256", inference.inference_torch,
+            (*CORE, *INFER, TORCH, "benchmarks/plain_peers/torch_resnet50_infer.py"),
+            (Output("h200_perf.csv", lambda r: r.get("spec_name") == "perf_infer" and r.get("backend") == "torch"),
+             Output("h200_perf_peers.jsonl", field_is("pair", "infer-torch-b256")))),
+    Section("inference-jax", 4, "JAX inference by input at batches 1, 64, 256, 512; the plain jitted forward at 256",
+            inference.inference_jax, (*CORE, *INFER, JAX, "benchmarks/plain_peers/jax_resnet50_infer.py"),
+            (Output("h200_perf.csv", lambda r: r.get("spec_name") == "perf_infer" and r.get("backend") == "jax"),
+             Output("h200_perf_peers.jsonl", field_is("pair", "infer-jax-b256")))),
+    Section("infer-sweep", 6, "batch sizes 1-512 from float32 pageable memory (eager PyTorch, JAX) and dynamic "
+            "batching under Poisson load in process", inference.infer_sweep, (*CORE, *INFER, TORCH, JAX),
+            (Output("h200_infer.csv", lambda r: r.get("mode") == "serve"
+                    or r.get("variant") in ("sweep", "float32_pageable")),)),
+    Section("ablation", 6, "the inference ablation (compile, bf16, fp16, channels_last, pinned, pad), 3 rounds",
+            inference.ablation, (*CORE, *INFER, TORCH, JAX, "experiments/resnet50_ablation.toml"),
+            (Output("h200_ablation.csv"),)),
+    Section("keras", 5, "Keras 3 on its jax and torch engines beside the native backends", training.keras,
+            (*CORE, TORCH, JAX, "backends/keras", "experiments/keras_resnet50.toml"), (Output("h200_keras.csv"),),
+            needs=("keras",)),
+    Section("model-parallel", 6, "experiments/resnet50_model_parallel.toml: ddp, sharded, tensor, pipeline of 4",
+            training.model_parallel, (*CORE, TORCH, JAX, "experiments/resnet50_model_parallel.toml"),
+            (Output("h200_model_parallel.csv", spec_is("resnet50_model_parallel")),)),
+    Section("microbatches", 7, "both pipelines on one stage with 1, 2 and 8 micro-batches", training.microbatches,
+            (*CORE, TORCH, JAX, "experiments/resnet50_model_parallel.toml", "benchmarks/runbook/training.py"),
+            (Output("h200_model_parallel.csv", spec_starts("resnet50_pipeline_")),)),
+    Section("real-input", 8, "training from 2,048 JPEG files beside synthetic-resident, both frameworks; nvJPEG last",
+            data.real_input, (*CORE, TORCH, JAX, "cnnbench/data", "experiments/resnet50_imagefolder.toml",
+                              "benchmarks/runbook/data.py"),
+            (Output("h200_data.csv", field_is("mode", "train")),)),
+    Section("frames", 6, "a 16 x 1080 x 1920 batch split into decode, copy and compute; the plain PyTorch peer",
+            inference.frames, (*CORE, TORCH, "cnnbench/data", "benchmarks/data_split.py",
+                               "benchmarks/plain_peers/torch_frames.py"),
+            (Output("h200_data_split.jsonl"), Output("h200_data_peer.jsonl"))),
+    Section("frames-infer", 6, "cnnbench infer experiments/frames_1080p_infer.toml, both frameworks, bf16 and fp16",
+            inference.frames_infer, (*CORE, *INFER, TORCH, JAX, "cnnbench/data",
+                                     "experiments/frames_1080p_infer.toml"),
+            (Output("h200_data.csv", field_is("mode", "infer")),)),
+    Section("input-prep", 4, "JPEG decoders on one host core; each framework's on-device prepare",
+            data.input_prep, ("cnnbench/data", f"{TORCH}/transforms.py", f"{JAX}/transforms.py",
+                              "benchmarks/decode_speed.py", "benchmarks/prepare_speed.py"),
+            (Output("h200_decode.jsonl"), Output("h200_prepare_speed.jsonl"))),
+    Section("serving", 7, "cnnbench serve + cnnbench load: the HTTP stack alone, torch eager, torch CUDA graphs, jax",
+            serving.serving, (*CORE, *INFER, TORCH, JAX, "experiments/resnet50_serve.toml",
+                              "benchmarks/serve_pipeline.py", "benchmarks/runbook/serving.py",
+                              "tests/numpy_serve_engine.py"),
+            (Output("h200_serve_http.csv"), Output("h200_stack_http.csv"), Output("h200_serve_pipeline.jsonl")),
+            needs=("starlette", "uvicorn", "httptools")),
+    Section("health", 6, "profiled training through cnnbench health, compile caches cold and warm, the probes",
+            health.health, (*CORE, TORCH, JAX, "cnnbench/report/health.py", "cnnbench/report/traces.py",
+                            "benchmarks/health_pitfalls.py", "benchmarks/runbook/health.py"),
+            (Output("h200_health.csv"), Output("h200_health_probes.jsonl"))),
+)}
+
+
+def gpu_tests(ctx: Context) -> None:
+    """The gpu-marked tests; their counts kept as one record."""
+    step = ctx.run("gpu-marked tests", [ctx.python, "-m", "pytest", "-q", "-m", "gpu", "tests/", "-p",
+                                        "no:cacheprovider"], 480)
+    if step is None:
+        return
+    counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (passed|failed|skipped|deselected|errors?)",
+                                                     step.output)}
+    sidefile.append(ctx.out / "h200_gpu_tests.jsonl", [{"rc": step.rc, **counts}])
+
+
+def script(path: str, results: str, budget_s: int, **env: str) -> Callable[[Context], None]:
+    """A section whose steps live in a shell script with its own per-step timeouts (the known-answer health
+    cases, the multi-front-end serving benchmark): run under the section's budget, its files kept under
+    results/RESULTS."""
+    def run(ctx: Context) -> None:
+        folder = ctx.out / results
+        ctx.run(path, ["bash", path, folder], budget_s, env={"BUDGET_S": str(budget_s - 20), **env})
+    return run
+
+
+SECTIONS["health-known"] = Section(
+    "health-known", 8, "known-answer checks of the health metrics (matmul loop, host sleep, pageable copies, a "
+    "sync), profiled training and inference health, energy per image, the pinned-memory probe (gpu_health.sh)",
+    script("benchmarks/gpu_health.sh", "h200_health", 500, SECTIONS="known,train,pinned,energy", PIN_PAST="0"),
+    (*CORE, TORCH, JAX, "cnnbench/report/health.py", "cnnbench/report/traces.py", "benchmarks/gpu_health.sh",
+     "benchmarks/health_known.py", "benchmarks/health_pitfalls.py", "backends/profilers.py"),
+    (Output("h200_health/health_rows.csv"), Output("h200_health/known.jsonl")))
+SECTIONS["serving-frontends"] = Section(
+    "serving-frontends", 9, "cnnbench serve with 0 and 4 front ends, raw and JPEG, cnnbench load beside wrk, "
+    "1/2/4/8 front ends for JPEG, the 1080p frames case, LitServe (gpu_serve.sh)",
+    script("benchmarks/gpu_serve.sh", "h200_serve_frontends", 540),
+    (*CORE, *INFER, TORCH, JAX, "cnnbench/serve", "benchmarks/gpu_serve.sh", "benchmarks/serve_clients.py",
+     "benchmarks/litserve_peer.py", "benchmarks/serve_pipeline.py"),
+    (Output("h200_serve_frontends/serve_http.csv"), Output("h200_serve_frontends/frontends_http.csv")),
+    needs=("starlette", "uvicorn", "httptools", "litserve"))
+SECTIONS["gpu-tests"] = Section("gpu-tests", 6, "the gpu-marked tests (pass counts kept)", gpu_tests,
+                                ("cnnbench", "backends", "tests"), (Output("h200_gpu_tests.jsonl"),))

@@ -1,0 +1,93 @@
+"""docs/results.md's tables are what the committed rows give (benchmarks/tables.py), and only that."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import tables  # noqa: E402
+from results_tables.blocks import BLOCK, names  # noqa: E402
+
+from cnnbench.table import store  # noqa: E402
+
+PAGE = REPO / "docs" / "results.md"
+
+
+def _tables(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "tables.py"), *args], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+
+
+def test_every_committed_block_is_what_the_committed_rows_give():
+    page = PAGE.read_text()
+    rendered = tables.generate(page, REPO / "results")
+    stale = [m.group("name") for m in BLOCK.finditer(page)
+             if m.group(0) not in rendered]
+    assert not stale, f"out of date with the rows: {stale}; run python benchmarks/tables.py"
+    assert rendered == page
+    assert sorted(names(page)) == sorted(tables.TABLES)
+
+
+def test_the_page_has_no_placeholder_left():
+    page = PAGE.read_text()
+    assert "TBD" not in page
+    for match in BLOCK.finditer(page):  # every missing cell names the section that makes it
+        for cell in match.group("body").split("|"):
+            if "not measured yet" in cell:
+                assert cell.strip().startswith("not measured yet: `benchmarks/gpu.py "), cell
+
+
+def test_check_fails_and_names_the_table_when_a_newer_row_differs(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "results", results)
+    page = tmp_path / "results.md"
+    shutil.copy(PAGE, page)
+    assert _tables("--check", "--page", str(page), "--results", str(results)).returncode == 0
+    store.upgrade_file(results / "h200_keras.csv")  # as benchmarks/gpu.py does before it appends
+    rows = store.read_rows(results / "h200_keras.csv")
+    newer = {**next(r for r in rows if r["strategy"] == "keras-jax"), "run_id": "newer", "images_per_sec": 1234.5,
+             "timestamp_utc": "2099-01-01T00:00:00+00:00"}
+    store.append_rows(results / "h200_keras.csv", [newer])
+    done = _tables("--check", "--page", str(page), "--results", str(results))
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"{page}: out of date with the rows: keras (python benchmarks/tables.py)"
+    assert _tables("--page", str(page), "--results", str(results)).returncode == 0
+    assert "| keras / keras-jax | 3.15.1 (jax 0.11.2) | 1,234 |" in page.read_text()
+    assert _tables("--check", "--page", str(page), "--results", str(results)).returncode == 0
+
+
+def test_cells_without_rows_name_their_section_and_a_peer_is_paired_with_its_run(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    page = tmp_path / "results.md"
+    shutil.copy(PAGE, page)
+    assert _tables("--page", str(page), "--results", str(results)).returncode == 0
+    text = page.read_text()
+    assert "| JAX sharded | 512 | not measured yet: `benchmarks/gpu.py training-jax` |" in text
+    assert "| 1 | not measured yet: `benchmarks/gpu.py inference-torch` |" in text
+    assert "not measurable on the GPU host: TensorFlow's CUDA wheels" in text
+    perf = store.read_rows(REPO / "results" / "h200_perf.csv")
+    row = {**next(r for r in perf if r["spec_name"] == "compare_step"), "spec_name": "compare_jax-b512",
+           "run_id": "b512run", "images_per_sec": 7000.0, "global_batch": 512}
+    store.append_rows(results / "h200_perf.csv", [row])
+    peer = {"pair": "jax-b512", "images_per_sec": 7400.0, "first_step_s": 19.0, "cnnbench_run_id": "b512run",
+            "git_sha": "abc", "timestamp_utc": "2099-01-01T00:00:00Z"}
+    (results / "h200_perf_peers.jsonl").write_text(json.dumps(peer) + "\n")
+    assert _tables("--page", str(page), "--results", str(results)).returncode == 0
+    text = page.read_text()
+    assert "| JAX sharded | 512 | 7,400 | 7,000 | 0.946 |" in text
+    assert "| training, cnnbench / plain peer: JAX sharded, batch 512 | 0.946 | >= 0.97 | no |" in text
+
+
+def test_a_block_without_a_generator_is_refused_with_one_line(tmp_path):
+    page = tmp_path / "results.md"
+    page.write_text(PAGE.read_text() + "\n<!-- table:no-such -->\n<!-- /table:no-such -->\n")
+    done = _tables("--check", "--page", str(page))
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "no generator for table 'no-such'" in done.stderr

@@ -1,0 +1,122 @@
+"""The GPU runbook (benchmarks/gpu.py) on the CPU: its list, one section in SMOKE mode end to end, the
+bounded steps, and the freshness of committed rows against a real git history."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from runbook import freshness, sidefile  # noqa: E402
+from runbook.sections import SECTIONS, Output, Section  # noqa: E402
+from runbook.steps import TIMEOUT_RC, Context, install_wheels, wheels_hint  # noqa: E402
+
+from cnnbench import envinfo  # noqa: E402
+
+GPU_PY = REPO / "benchmarks" / "gpu.py"
+
+
+def _runbook(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "SMOKE"}
+    return subprocess.run([sys.executable, str(GPU_PY), *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO, env=env)
+
+
+def test_list_names_every_section_with_its_minutes_and_the_state_of_its_rows():
+    done = _runbook("--list")
+    assert done.returncode == 0, done.stderr[-2000:]
+    states = re.compile(r"^(\S+)\s+(\d+)\s+(current \(|stale since [0-9a-f]{12} |no rows$|\d+ rows)", re.MULTILINE)
+    found = {m.group(1): int(m.group(2)) for m in states.finditer(done.stdout)}
+    assert set(found) == set(SECTIONS)
+    assert all(0 < minutes < 9 for minutes in found.values())
+    assert "each fits a 10-minute call" in done.stdout
+
+
+def test_an_unknown_section_is_one_line_and_exit_2():
+    done = _runbook("trainng")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"benchmarks/gpu.py: unknown section 'trainng'; sections: {', '.join(SECTIONS)}"]
+
+
+def test_the_frames_section_in_smoke_mode_writes_its_rows_with_the_commit(tmp_path):
+    out = tmp_path / "out"
+    committed = (REPO / "results" / "h200_data_split.jsonl").read_bytes()
+    done = _runbook("--smoke", "frames", "--out", str(out), "--cache", str(tmp_path / "cache"), timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    (split,) = sidefile.read(out / "h200_data_split.jsonl")
+    assert split["git_sha"] == envinfo.git_sha() and re.fullmatch(r"[0-9a-f]{12}(-dirty)?", split["git_sha"])
+    assert split["batch"] == 4 and split["compute_ms"]["model"] > 0 and split["jpeg"]["end_to_end_ms_per_batch"] > 0
+    assert "frames peer: skipped (the peer is torchvision's ResNet-50 on a GPU" in done.stdout
+    assert "frames: 0 failed, 1 skipped" in done.stdout
+    assert (REPO / "results" / "h200_data_split.jsonl").read_bytes() == committed  # --out: results/ untouched
+
+
+def test_a_step_past_its_limit_is_stopped_with_its_whole_process_group(tmp_path):
+    ctx = Context("t", tmp_path / "out", tmp_path / "cache", tmp_path / "logs", smoke=False)
+    marker = tmp_path / "child.pid"
+    begun = time.monotonic()
+    step = ctx.run("sleeper", ["sh", "-c", f"sleep 60 & echo $! > {marker}; wait"], limit_s=1)
+    assert step is not None and step.rc == TIMEOUT_RC and time.monotonic() - begun < 30
+    child = Path(f"/proc/{marker.read_text().strip()}/stat")
+    time.sleep(0.5)  # the background sleep went with its parent (gone, or a zombie nobody has reaped yet)
+    assert not child.exists() or child.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    assert ctx.failed == ["sleeper: stopped at its limit of 1 s"]
+    assert "== sleeper (limit 1 s)" in ctx.log.read_text()
+
+
+def test_a_step_that_would_start_past_the_budget_is_skipped_and_said(tmp_path):
+    ctx = Context("t", tmp_path / "out", tmp_path / "cache", tmp_path / "logs", smoke=False, budget_s=10)
+    assert ctx.run("late", ["true"], limit_s=5) is None
+    assert ctx.skipped == ["late: section budget of 10 s spent"]
+
+
+def test_a_missing_module_without_carried_wheels_names_the_pip_command(tmp_path):
+    ctx = Context("t", tmp_path / "out", tmp_path / "cache", tmp_path / "logs", smoke=False)
+    assert install_wheels(ctx, ["json", "no_such_module_for_the_runbook"]) == ["no_such_module_for_the_runbook"]
+    assert "pip install --no-index --find-links .whl -r benchmarks/gpu_wheels.txt" in wheels_hint()
+
+
+def _git(repo, *args: str) -> str:
+    done = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, capture_output=True,
+                          text=True, check=True)
+    return done.stdout.strip()
+
+
+def test_rows_are_current_until_a_dependency_changes(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "code").mkdir(parents=True)
+    _git(repo, "init", "-q")
+    (repo / "code" / "a.py").write_text("x = 1\n")
+    (repo / "other.py").write_text("y = 1\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "first")
+    made = _git(repo, "rev-parse", "--short=12", "HEAD")
+    results = tmp_path / "results"
+    section = Section("s", 1, "", lambda ctx: None, ("code",), (Output("rows.jsonl"),))
+    assert freshness.status(section, results, repo) == "no rows"
+    results.mkdir()
+    (results / "rows.jsonl").write_text(json.dumps({"v": 1, "git_sha": made, "timestamp_utc": "2026-01-01T00:00:00Z"})
+                                        + "\n")
+    assert freshness.status(section, results, repo) == f"current (1 rows, newest of {made})"
+    (repo / "other.py").write_text("y = 2\n")
+    _git(repo, "commit", "-qam", "not a dependency")
+    assert freshness.status(section, results, repo).startswith("current")
+    (repo / "code" / "a.py").write_text("x = 2\n")
+    _git(repo, "commit", "-qam", "changes the code")
+    change = _git(repo, "rev-parse", "HEAD")
+    assert freshness.status(section, results, repo) == (f"stale since {change[:12]} changes the code "
+                                                        f"(newest row of {made})")
+    with (results / "rows.jsonl").open("a") as handle:  # a newer row made by the new code
+        handle.write(json.dumps({"v": 2, "git_sha": change[:12] + "-dirty", "timestamp_utc": "2026-01-02T00:00:00Z"})
+                     + "\n")
+    assert freshness.status(section, results, repo) == (f"current (2 rows, newest of {change[:12]} with "
+                                                        f"uncommitted changes)")
