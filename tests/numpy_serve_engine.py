@@ -69,8 +69,10 @@ class NumpyEngine:
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from cnnbench import envinfo
     from cnnbench.serve.command import EngineRecipe, serve
     from cnnbench.serve.config import ServeConfig
+    from cnnbench.table.schema import SCHEMA_VERSION
 
     port, compute_ms, max_batch, max_queue, deadline_ms = sys.argv[1:6]
     batching = sys.argv[6] if len(sys.argv) > 6 else "dynamic"
@@ -83,7 +85,7 @@ def main() -> None:
                             "batching": batching, "max_body_bytes": 2**24, "http": http, "frontends": frontends,
                             "top_k": 2, **extra})
     info = {"image_shape": list(SHAPE), "model_name": "numpy",
-            "row": {"schema_version": 3, "mode": "serve-http", "variant": batching, "backend": "numpy",
+            "row": {"schema_version": SCHEMA_VERSION, "mode": "serve-http", "variant": batching, "backend": "numpy",
                     "spec_name": "http_stack", "git_sha": envinfo.git_sha(),
                     "model": "none (HTTP stack only)", "backend_options": "", "max_batch": int(max_batch),
                     "batch_timeout_ms": float(deadline_ms), "max_queue": int(max_queue), "decode_workers": 2}}
