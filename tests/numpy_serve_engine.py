@@ -4,7 +4,8 @@ faults and draining can be checked exactly, and quickly, without a deep-learning
 
 Usage: python tests/numpy_serve_engine.py PORT COMPUTE_MS MAX_BATCH MAX_QUEUE DEADLINE_MS [BATCHING [HTTP
 [FRONTENDS]]]
-(`benchmarks/gpu.py serving` and benchmarks/gpu_serve.sh also serve it with COMPUTE_MS 0: what the HTTP stack alone sustains).
+(`benchmarks/gpu.py serving` and benchmarks/gpu_serve.sh also serve it with COMPUTE_MS 0: what the HTTP
+stack alone sustains).
 """
 
 from __future__ import annotations
