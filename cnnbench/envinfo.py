@@ -7,6 +7,7 @@ importing a framework.
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import socket
 import subprocess
@@ -74,7 +75,13 @@ def gpu_driver() -> str | None:
 
 @functools.cache
 def git_sha() -> str:
-    """Commit of the cnnbench checkout that runs, with -dirty when tracked files changed."""
+    """Commit of the cnnbench checkout that runs, with -dirty when tracked files changed.
+
+    ``CNNBENCH_GIT_SHA`` names it instead, for a copy of a commit's tree whose git history is not the
+    tree's (a working tree copied to another machine with an older ``.git``)."""
+    given = os.environ.get("CNNBENCH_GIT_SHA", "").strip()
+    if given:
+        return given
     root = Path(__file__).resolve().parent.parent
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root,
