@@ -54,6 +54,10 @@ if __name__ == "__main__":
     backend = sys.argv[1]
     os.environ["KERAS_BACKEND"] = backend.removeprefix("keras-") if backend.startswith("keras-") else "tensorflow"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if backend == "keras-jax":
+        # Keras initialises every weight eagerly, one XLA compilation per random-initialiser shape (~100,
+        # most of this script's time); only shapes and counts are read here, so unoptimised code will do.
+        os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     fn = {"torch": torch_shapes, "jax": flax_shapes}.get(backend, keras_shapes)
     out = {}

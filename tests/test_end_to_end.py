@@ -20,7 +20,7 @@ def _free_port() -> int:
 
 def test_torch_run_writes_an_ok_row_with_consistent_timing(tmp_path, tiny_spec):
     out = tmp_path / "rows.csv"
-    done = run_cli("run", tiny_spec, "--out", out, "--profile", tmp_path / "traces")
+    done = run_cli("run", tiny_spec, "--out", out, "--profile", tmp_path / "traces", "--no-report")
     assert done.returncode == 0, done.stderr[-3000:]
     (row,) = store.read_rows(out)
     assert row["status"] == "ok" and row["backend"] == "torch" and row["strategy"] == "ddp"
@@ -44,7 +44,7 @@ def test_tensorflow_mirrored_and_fit_rows(tmp_path):
     text = TINY_DIGITS.replace('["torch"]', '["tensorflow"]').replace("devices = [1]", "devices = [2]")
     spec = write_spec(tmp_path, text + '[tensorflow]\nstrategies = ["mirrored", "fit"]\n')
     out = tmp_path / "rows.csv"
-    done = run_cli("run", spec, "--out", out, "--profile", tmp_path / "traces")
+    done = run_cli("run", spec, "--out", out, "--profile", tmp_path / "traces", "--no-report")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = store.read_rows(out)
     assert [(r["strategy"], r["status"], r["devices"]) for r in rows] == [("mirrored", "ok", 2), ("fit", "ok", 2)]
@@ -61,7 +61,7 @@ def _two_hosts(spec, out, backend: str) -> list[subprocess.CompletedProcess]:
         coordinator = f"127.0.0.1:{port},127.0.0.1:{_free_port()}"
     procs = [subprocess.Popen([sys.executable, "-m", "cnnbench.cli", "run", str(spec), "--out", str(out),
                                "--backend", backend, "--devices", "2", "--hosts", "2", "--host-rank", str(rank),
-                               "--coordinator", coordinator], cwd=REPO, stdout=subprocess.PIPE,
+                               "--coordinator", coordinator, "--no-report"], cwd=REPO, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
     done = []
     for proc in procs:

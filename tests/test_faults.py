@@ -65,7 +65,7 @@ def _assert_clean_csv(path, expected_rows):
 def test_crash_writes_a_failed_row_and_leaves_no_process(tmp_path, backend, fault):
     out = tmp_path / "rows.csv"
     started = time.monotonic()
-    done = run_cli("run", _spec(tmp_path, backend), "--out", out,
+    done = run_cli("run", _spec(tmp_path, backend), "--out", out, "--no-report",
                    env={"CNNBENCH_FAULT": fault, "TMPDIR": str(_tmpdir(tmp_path)), **MARK})
     assert time.monotonic() - started < 120 + 15
     assert done.returncode == 1, done.stderr[-2000:]
@@ -82,7 +82,7 @@ def test_crash_writes_a_failed_row_and_leaves_no_process(tmp_path, backend, faul
 def test_hang_is_killed_at_timeout(tmp_path):
     out = tmp_path / "rows.csv"
     started = time.monotonic()
-    done = run_cli("run", _spec(tmp_path, timeout=25), "--out", out,
+    done = run_cli("run", _spec(tmp_path, timeout=25), "--out", out, "--no-report",
                    env={"CNNBENCH_FAULT": "rank=1,step=3,kind=hang", **MARK})
     elapsed = time.monotonic() - started
     assert done.returncode == 1 and elapsed < 25 + 15
@@ -99,7 +99,7 @@ def test_hang_is_killed_at_timeout(tmp_path):
 
 def test_sweep_continues_after_a_failed_run(tmp_path):
     out = tmp_path / "rows.csv"
-    done = run_cli("run", _spec(tmp_path, devices="[2, 1]"), "--out", out,
+    done = run_cli("run", _spec(tmp_path, devices="[2, 1]"), "--out", out, "--no-report",
                    env={"CNNBENCH_FAULT": "rank=1,step=2,kind=raise", **MARK})  # only the 2-device run has rank 1
     assert done.returncode == 1
     rows = _assert_clean_csv(out, 2)
@@ -110,7 +110,8 @@ def test_sweep_continues_after_a_failed_run(tmp_path):
 def test_interrupt_kills_workers_and_writes_nothing(tmp_path, sig):
     out = tmp_path / "rows.csv"
     env = {**os.environ, "CNNBENCH_FAULT": "rank=0,step=3,kind=hang", "TMPDIR": str(_tmpdir(tmp_path)), **MARK}
-    proc = subprocess.Popen([sys.executable, "-m", "cnnbench.cli", "run", str(_spec(tmp_path)), "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "cnnbench.cli", "run", str(_spec(tmp_path)), "--out", str(out),
+                             "--no-report"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not _workers():
@@ -129,8 +130,8 @@ def test_interrupt_kills_workers_and_writes_nothing(tmp_path, sig):
 def test_concurrent_runs_append_to_one_csv(tmp_path):
     out = tmp_path / "rows.csv"
     spec = _spec(tmp_path, devices="[1]")
-    procs = [subprocess.Popen([sys.executable, "-m", "cnnbench.cli", "run", str(spec), "--out", str(out)], cwd=REPO,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    command = [sys.executable, "-m", "cnnbench.cli", "run", str(spec), "--out", str(out), "--no-report"]
+    procs = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
     for proc in procs:
         proc.communicate(timeout=300)
         assert proc.returncode == 0
