@@ -39,9 +39,25 @@ def load(paths: list[Path], model: str | None = None, dataset: str | None = None
         wanted = ", ".join(f"{k}={v}" for k, v in (("model", model), ("dataset", dataset),
                                                    ("device_type", device_type)) if v) or "status=ok"
         raise ResultsFileError(f"{', '.join(map(str, paths))}: no rows match ({wanted})")
-    frame = frame.copy()
+    frame = fill_missing_keys(frame)
     frame["device_family"] = frame["device_type"].replace({"cpu-emulated": "cpu"})
     frame["label"] = frame["backend"] + "/" + frame["strategy"] + np.where(frame["compile"], " +compile", "")
+    return frame
+
+
+# Rows that measure no model (the HTTP stack alone: `benchmarks/serve_pipeline.py`) or come from older
+# files leave some key columns empty; every chart groups and labels by them, and pandas drops a group
+# whose key is missing (or refuses `NA` as a truth value), so empty keys get a name that says so.
+MISSING_KEY_NAMES = {"model": "no model", "strategy": "-", "precision": "-", "spec_name": "-", "scaling": "-",
+                     "dataset": "-", "device_type": "unknown", "variant": "-"}
+
+
+def fill_missing_keys(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with empty ``compile`` read as off and empty key columns named (see MISSING_KEY_NAMES)."""
+    frame = frame.copy()
+    frame["compile"] = frame["compile"].fillna(False).astype(bool)
+    for column, name in MISSING_KEY_NAMES.items():
+        frame[column] = frame[column].fillna(name)
     return frame
 
 
