@@ -132,10 +132,12 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
     out_dir.mkdir(parents=True, exist_ok=True)
     report = Report(out_dir)
     inference = everything[everything["mode"].isin(INFER_MODES)]
+    summary = ""
     if not inference.empty:
         from cnnbench.report import infer as report_infer
 
         report_infer.draw(inference, report, not_ok_rows(paths, model, dataset, device_type))
+        summary = report_infer.summary_markdown(inference)
     noisy = noisy_markdown(noisy_rows(everything, spread_limit), spread_limit)
     report.tables["noisy"] = noisy
     frame = everything[~everything["mode"].isin(INFER_MODES)]
@@ -147,11 +149,11 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
             scaling.draw_metric(report, agg, frame, metric)
         scaling.draw_efficiency(report, eff, agg, frame)
         _accuracy_chart(report, paths, frame)
-        summary = summary_table(agg, eff)
-        report.tables["summary"] = summary
-        _write_summary(report, summary + noisy)
-    elif noisy:
-        _write_summary(report, noisy.lstrip())
+        training = summary_table(agg, eff)
+        report.tables["summary"] = training
+        summary = training + ("\n" + summary if summary else "")
+    if summary or noisy:
+        _write_summary(report, (summary + noisy).lstrip())
     _remove_stale_charts(report)
     page.write_index(report, everything, paths)
     return report
@@ -185,7 +187,7 @@ def _remove_stale_charts(report: Report) -> None:
 def _accuracy_chart(report: Report, paths: list[Path], frame: pd.DataFrame) -> None:
     """Test accuracy against training wall time, one panel per model (and scaling mode), from the history files."""
     from cnnbench.report import figure
-    from cnnbench.report.style import DEVICE_LINESTYLES, series_rank, series_style
+    from cnnbench.report.style import DEVICE_MARKERS, series_rank, series_style
 
     curves = {}
     for path in paths:
@@ -212,10 +214,10 @@ def _accuracy_chart(report: Report, paths: list[Path], frame: pd.DataFrame) -> N
         for key, (curve, row, devices) in order:
             if key[:2] != panel:
                 continue
-            # colour: framework and strategy; line style: the device count
+            # colour: framework and strategy; line style: compiled or not; marker: the device count
             style = series_style(row["backend"], row["strategy"], bool(row["compile"]))
-            ax.plot(curve["wall_s"], curve["acc"], label=key[2],
-                    **{**style.line_kwargs(), "marker": ".", "ls": DEVICE_LINESTYLES[counts.index(devices) % 4]})
+            marker = DEVICE_MARKERS[counts.index(devices) % len(DEVICE_MARKERS)]
+            ax.plot(curve["wall_s"], curve["acc"], label=key[2], **{**style.line_kwargs(), "marker": marker})
         ax.set_xlabel("training wall time, s")
         ax.set_ylabel("test accuracy")
     figure.finish(report, fig, "accuracy_time", "Test accuracy vs training time (median over trials)", frame)
