@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import signal
-import subprocess
 import sys
 import typing
 from pathlib import Path
@@ -541,13 +539,7 @@ def env() -> None:
         if not envinfo.backend_version(entry.name):
             print(f"{entry.name}: not installed ({entry.install_hint})")
             continue
-        code = f"import json, {entry.module} as m; print(json.dumps(m.devices()))"
-        try:
-            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                  timeout=300, cwd=REPO_ROOT)
-            found = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
-        except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError):
-            found = None
+        found = envinfo.backend_devices(entry.name)
         listed = ", ".join(found) if found else "could not list devices"
         print(f"{entry.name}: {', '.join(f'{k} {v}' for k, v in versions.items())}; devices: {listed}")
 

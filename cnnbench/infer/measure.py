@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from cnnbench.errors import error_line
 from cnnbench.infer.plan import Variant, job_label
 from cnnbench.infer.serving import MicroBatcher, run_open_loop
 from cnnbench.runs import Run
@@ -170,7 +171,7 @@ def serve_under_load(model: InferenceModel, images: np.ndarray, job: dict[str, A
 
 
 def _failure(exc: BaseException) -> dict[str, Any]:
-    return {"error": f"{type(exc).__name__}: {exc}".strip()}
+    return {"error": error_line(exc)}
 
 
 def run_inference(run: Run, build: Callable[[Run, Variant], InferenceModel], images: InferImages,

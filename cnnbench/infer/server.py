@@ -313,6 +313,23 @@ def run_server(service: InferenceService) -> int:
     return 1 if service.failure else 0
 
 
+def serve_config(table: Any, overrides: dict[str, Any] | None = None) -> ServeConfig:
+    """The server's settings: the spec's ``[serve]`` table, then the command line's overrides (None: unset)."""
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(ServeConfig)}
+    settings = {name: getattr(table, name) for name in fields if hasattr(table, name)}
+    settings["deadline_ms"] = table.timeout_ms
+    settings.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return ServeConfig(**settings)
+
+
+def warmed_batch_shapes(config: ServeConfig) -> list[int]:
+    """The batch sizes the server runs (and warms up before /healthz says ready): with batching none,
+    one image per forward."""
+    return batch_shapes(config.max_batch, config.pad_multiple) if config.batching != "none" else [1]
+
+
 def serve_spec(spec: Any, backend: str | None, device_kind: str | None, overrides: dict[str, Any]) -> int:
     """`cnnbench serve`: the spec's model in this process, with ``[serve]`` settings and CLI overrides."""
     import dataclasses
@@ -326,14 +343,9 @@ def serve_spec(spec: Any, backend: str | None, device_kind: str | None, override
     names = [backend] if backend else list(spec.backends)
     if len(names) != 1:
         raise UserError(f"serve: one backend per server process; the spec lists {', '.join(names)}: pass --backend")
-    table = spec.serve
-    fields = {f.name for f in dataclasses.fields(ServeConfig)}
-    settings = {name: getattr(table, name) for name in fields if hasattr(table, name)}
-    settings["deadline_ms"] = table.timeout_ms
-    settings.update({k: v for k, v in overrides.items() if v is not None})
-    config = ServeConfig(**settings)
-    if config.batching != table.batching:
-        spec = dataclasses.replace(spec, serve=dataclasses.replace(table, batching=config.batching))
+    config = serve_config(spec.serve, overrides)
+    if config.batching != spec.serve.batching:
+        spec = dataclasses.replace(spec, serve=dataclasses.replace(spec.serve, batching=config.batching))
     run, variant = serve_run(spec, names[0], device_kind)
     module = registry.load(run.backend)
     if run.device_kind == "cpu":

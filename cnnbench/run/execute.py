@@ -10,6 +10,7 @@ from typing import Any
 
 from backends import REGISTRY
 from cnnbench import envinfo
+from cnnbench.errors import error_line
 from cnnbench.run.launch import Outcome, launch
 from cnnbench.runs import Run, not_supported
 from cnnbench.table import store
@@ -26,7 +27,7 @@ def _summary(row: dict[str, Any], limit: float = DEFAULT_SPREAD_LIMIT) -> str:
     if row["status"] == "ok" and row.get("images_per_sec") is None:
         return "ok (host 0 writes the row)"
     if row["status"] != "ok":
-        return f"{row['status']}: {row['error']}"
+        return f"{row['status']}: {error_line(row['error'] or 'no error recorded')}"
     text = f"ok {row['images_per_sec']:.0f} img/s, first step {row['first_step_s']:.1f} s"
     if row.get("test_accuracy") is not None:
         text += f", accuracy {row['test_accuracy']:.3f}"
@@ -42,9 +43,10 @@ def _missing(run: Run) -> str | None:
 
 
 def _launch(run: Run, verbose: bool) -> Outcome:
-    """Launch the run's process tree; without -v, show the end of a failed run's log."""
+    """Launch the run's process tree; without -v, show the end of the log of a run that crashed (a
+    worker that raised names its error in the row and the summary line; -v shows its traceback)."""
     outcome = launch(run, verbose=verbose)
-    if outcome.status != "ok" and not verbose:
+    if outcome.status != "ok" and not verbose and not outcome.worker_reported:
         for line in outcome.log_tail[-15:]:
             _say(f"    | {line}")
     return outcome

@@ -56,6 +56,7 @@ class Outcome:
     error: str = ""
     wall_s: float = 0.0
     log_tail: list[str] = field(default_factory=list)
+    worker_reported: bool = False  # the error is one a worker caught and wrote (not a crash or a timeout)
 
 
 def cpu_threads_per_process(processes: int) -> int:
@@ -277,6 +278,6 @@ def launch(run: Run, *, verbose: bool = False, probe: tuple[Path, Path] | None =
         if proc.returncode == 0 and (probe or result_json.exists() or run.host_rank != 0):
             result = json.loads(result_json.read_text()) if result_json.exists() else {}
             return Outcome("ok", result=result, wall_s=wall, log_tail=list(tail))
-        error = (_first_rank_error(workdir) or telling_error_line(tail)
-                 or f"worker failed: {_exit_reason(proc.returncode)}")
-        return Outcome("failed", error=error, wall_s=wall, log_tail=list(tail))
+        reported = _first_rank_error(workdir)
+        error = reported or telling_error_line(tail) or f"worker failed: {_exit_reason(proc.returncode)}"
+        return Outcome("failed", error=error, wall_s=wall, log_tail=list(tail), worker_reported=bool(reported))

@@ -82,7 +82,7 @@ def training_plan(spec: Spec, device_kind: str | None) -> Plan:
     return Plan("run", f"{len(runs)} run(s) (devices present are not checked)", lines)
 
 
-@planner("infer", keys=("infer", "serve"))
+@planner("infer", keys=("infer",))
 def infer_plan(spec: Spec, device_kind: str | None) -> Plan:
     """`cnnbench infer`: one worker per backend and precision, each with its jobs; skipped variants."""
     from cnnbench.infer.plan import expand_infer, job_label
@@ -93,3 +93,23 @@ def infer_plan(spec: Spec, device_kind: str | None) -> Plan:
     lines += [f"skipped row: {run.backend} {variant.name} ({reason})" for run, variant, reason in skipped]
     jobs = sum(len(run.infer["jobs"]) for run in runs)
     return Plan("infer", f"{len(runs)} worker run(s), {jobs} job(s), {len(skipped)} skipped row(s)", lines)
+
+
+@planner("serve", keys=("serve",))
+def serve_plan(spec: Spec, device_kind: str | None) -> Plan:
+    """`cnnbench serve`: per backend (one per server process), the model it loads, the batch shapes it
+    warms up before it says ready, and where it listens."""
+    from cnnbench.infer.plan import serve_run
+    from cnnbench.infer.server import serve_config, warmed_batch_shapes
+
+    config = serve_config(spec.serve)
+    shapes = ", ".join(map(str, warmed_batch_shapes(config)))
+    lines = []
+    for backend in spec.backends:
+        run, variant = serve_run(spec, backend, device_kind)
+        height, width = run.image_size
+        lines.append(f"serve --backend {backend}: {run.model} {run.precision} {height}x{width} on {run.device_kind}, "
+                     f"batching {config.batching} (max_batch {config.max_batch}, deadline {config.deadline_ms:g} ms), "
+                     f"warms up batch shapes {shapes}; listens on http://{config.host}:{config.port}")
+    several = " (one per process: pass --backend)" if len(spec.backends) > 1 else ""
+    return Plan("serve", f"{len(lines)} server(s){several}", lines)
