@@ -266,13 +266,19 @@ def validate(
                       "fields it has; a spec with none is a training spec).")] = None,
 ) -> None:
     """Check a spec and print what each command it is for would run (devices present are not checked)."""
+    from cnnbench.run.plans import bad_image_files
     from cnnbench.run.plans import validate as plan_spec
+    from cnnbench.spec import load_spec
 
     _check_device(device)
-    for plan in plan_spec(spec, for_command, device):
+    plans = plan_spec(spec, for_command, device)
+    warning = bad_image_files(load_spec(spec))
+    for plan in plans:
         print(f"{spec}: valid for {plan.command}, {plan.headline}")
         for index, line in enumerate(plan.lines, start=1):
             print(f"  {index:3d}. {line}")
+    if warning:
+        print(f"cnnbench: {warning}", file=sys.stderr)
 
 
 @app.command()

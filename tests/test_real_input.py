@@ -136,18 +136,52 @@ def _truncated_folder(root: Path) -> Path:
     return victim
 
 
-def test_a_truncated_image_fails_the_run_naming_it_or_is_skipped_with_a_warning(tmp_path):
+def test_a_truncated_image_fails_the_run_naming_it(tmp_path):
     victim = _truncated_folder(tmp_path / "folder")
     out = tmp_path / "rows.csv"
     fail = _spec(tmp_path, "image_folder", tmp_path / "folder", name="fail.toml")
-    done = run_cli("run", fail, "--out", out, "--no-report")
+    run_cli("run", fail, "--out", out, "--no-report")
     (row,) = store.read_rows(out)
     assert row["status"] == "failed" and str(victim) in row["error"] and "truncated JPEG" in row["error"]
-    skip = _spec(tmp_path, "image_folder", tmp_path / "folder", data='corrupt = "skip"', name="skip.toml")
-    done = run_cli("run", skip, "--out", out, "--no-report", "-v")
-    rows = store.read_rows(out)
-    assert rows[-1]["status"] == "ok", rows[-1]["error"]
-    assert "warning: skipped corrupt input" in done.stderr and str(victim) in done.stderr
+    assert row["skipped_inputs"] is None  # corrupt = "fail": nothing is skipped, nothing counted
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax", "tensorflow"])
+def test_a_skipped_image_is_counted_in_the_row_warned_and_named_in_the_summary_line(tmp_path, backend):
+    """#32.2: corrupt = "skip" is not silent, without -v: the loader workers' skips (a DataLoader worker
+    process, tf.data's and grain's threads) reach the row's skipped_inputs and the launcher's stderr."""
+    victim = _truncated_folder(tmp_path / "folder")
+    out = tmp_path / "rows.csv"
+    skip = _spec(tmp_path, "image_folder", tmp_path / "folder", backend, workers=1, data='corrupt = "skip"',
+                 name="skip.toml")
+    done = run_cli("run", skip, "--out", out, "--no-report")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = store.read_rows(out)
+    assert row["status"] == "ok" and row["skipped_inputs"] == 1, row
+    assert f'warning: skipped 1 corrupt input(s) ([data] corrupt = "skip"): {victim}' in done.stderr
+    (summary,) = [line for line in done.stderr.splitlines() if line.startswith("[1/1] ok")]
+    assert f"skipped 1 corrupt input(s), the first: {victim}: truncated JPEG" in summary
+
+
+def test_validate_lists_every_bad_file_of_a_folder_up_to_a_limit(tmp_path):
+    """#32.2: not the first bad file per attempt: all of them, ten named and "... and N more"."""
+    folder = tmp_path / "folder"
+    write_image_folder(folder, 12, 2, (40, 56), seed=0)
+    victims = sorted((folder / "astronaut").glob("*.jpg"))
+    for victim in victims:  # the header survives, the scan data and EOI do not
+        victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    spec = _spec(tmp_path, "image_folder", folder)
+    done = run_cli("validate", spec)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"12 of 24 files bad: {victims[0]}: truncated JPEG" in done.stderr
+    assert str(victims[9]) in done.stderr and str(victims[10]) not in done.stderr and "; ... and 2 more" in done.stderr
+    done = run_cli("validate", _spec(tmp_path, "image_folder", folder, data='corrupt = "skip"', name="skip.toml"))
+    assert done.returncode == 0 and "valid for run" in done.stdout
+    assert "warning:" in done.stderr and "12 of 24 files bad" in done.stderr and "skipped_inputs" in done.stderr
+    for victim in victims[:3]:
+        victim.write_text("not a picture")  # unreadable headers: the scan names every one at once
+    line = _bad(tmp_path, folder)
+    assert all(f"{v}: not a readable image" in line for v in victims[:3]) and "3 of 24 files bad" in line
 
 
 def test_gpu_decode_is_refused_on_a_cpu_run(tmp_path, samples):

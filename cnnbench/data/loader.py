@@ -31,6 +31,10 @@ from cnnbench.data.augment import crop_draws
 from cnnbench.data.normalize import IMAGENET_MEAN, IMAGENET_STD
 from cnnbench.errors import DataError
 
+# Where every process of a run (loader workers and threads included) appends one line per skipped input:
+# set by the launcher, read by it when the run ends (cnnbench.run.launch), so the row counts the skips of
+# every framework's pipeline without each passing counts back through its batches.
+SKIP_LOG_ENV = "CNNBENCH_SKIP_LOG"
 UINT8_DATASETS = ("cifar10", "image_folder", "video")  # batches cross as uint8, prepared on the device
 # The trainers with a uint8 input path; others read cifar10 as float arrays and refuse files and video.
 UINT8_STRATEGIES = {"torch": ("ddp",), "tensorflow": ("mirrored",), "jax": ("sharded", "pmap", "tensor", "data+tensor")}
@@ -67,6 +71,31 @@ class Sample:
     label: int
     box: np.ndarray  # float32 (4,) = (y0, x0, h, w)
     flip: bool
+
+
+def record_skip(source: str, reason: str) -> None:
+    """Append ``source<TAB>reason`` to the run's skip log (one ``write`` on an O_APPEND file: lines of
+    concurrent processes and threads do not interleave); nothing outside a launched run."""
+    path = os.environ.get(SKIP_LOG_ENV)
+    if not path:
+        return
+    line = (source.replace("\t", " ") + "\t" + " ".join(reason.split()) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def read_skip_log(path: Path) -> list[tuple[str, str]]:
+    """(source, reason) of each distinct input skipped, in the order first met."""
+    if not path.is_file():
+        return []
+    found: dict[str, str] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        source, _, reason = line.partition("\t")
+        found.setdefault(source, reason)
+    return list(found.items())
 
 
 class SampleReader:
@@ -118,6 +147,7 @@ class SampleReader:
                 if self.plan.corrupt != "skip":
                     raise
                 self.skipped += 1
+                record_skip(self.plan.index.source_name(candidate), str(exc))
                 print(f"warning: skipped corrupt input ({self.skipped} in process {os.getpid()}): {exc}",
                       file=sys.stderr, flush=True)
         raise DataError(f"{self.plan.index.root}: no item could be decoded")

@@ -64,6 +64,25 @@ def validate(path: Path, command: str | None = None, device_kind: str | None = N
     return [PLANNERS[name].plan(spec, device_kind) for name in ([command] if command else commands_for(path))]
 
 
+def bad_image_files(spec: Spec) -> str | None:
+    """An image folder's files that would not decode (truncated, empty, not images), all listed at once
+    (a run stops at the first, or skips each as it meets it): with ``[data] corrupt = "fail"`` a
+    DataError, with "skip" the warning to print; None when every file is whole or the data are no folder."""
+    from cnnbench.data import catalog, files
+    from cnnbench.errors import DataError
+
+    if spec.dataset != "image_folder" or not spec.data_path:
+        return None
+    index = catalog.scan(spec.dataset, spec.data_path)
+    problems = files.incomplete_images(index)
+    if not problems:
+        return None
+    text = f"{spec.data_path}: {files.bad_files_text(problems, len(index))}"
+    if spec.data.corrupt != "skip":
+        raise DataError(f"{text} ([data] corrupt = \"fail\": a run stops at the first; \"skip\" skips them)")
+    return f"warning: {text} ([data] corrupt = \"skip\": runs skip them, counted in skipped_inputs)"
+
+
 def gap_note(run) -> str:
     """A run its framework cannot do is planned as a skipped row: the plan says so."""
     from cnnbench.runs import not_supported

@@ -81,8 +81,21 @@ def base_row(run: Run) -> dict[str, Any]:
     }
 
 
+FIRST_SKIPPED = "_first_skipped_input"  # not a column: "file: why" of the first skip, for the summary line
+
+
+def with_skips(row: dict[str, Any], run: Run, outcome: Outcome) -> dict[str, Any]:
+    """``skipped_inputs`` (distinct files, with [data] corrupt = "skip"; empty otherwise) and the first
+    skipped file, which the run's summary line names."""
+    if run.data.get("corrupt") == "skip":
+        row["skipped_inputs"] = len(outcome.skipped_inputs)
+    if outcome.skipped_inputs:
+        row[FIRST_SKIPPED] = outcome.skipped_inputs[0][1]  # the reason names the file
+    return row
+
+
 def outcome_row(run: Run, outcome: Outcome, peak_tflops: float | None = None) -> dict[str, Any]:
-    row = base_row(run)
+    row = with_skips(base_row(run), run, outcome)
     row["status"], row["error"] = outcome.status, outcome.error or None
     result = outcome.result
     if outcome.status != "ok":
@@ -141,7 +154,7 @@ def infer_rows(run: Run, outcome: Outcome, peak_tflops: float | None = None) -> 
     jobs, found = run.infer["jobs"], outcome.result.get("jobs", [])
     rows = []
     for index, job in enumerate(jobs):
-        row = infer_base_row(run, job)
+        row = with_skips(infer_base_row(run, job), run, outcome)
         result = found[index] if outcome.status == "ok" and index < len(found) else {
             "error": outcome.error or "the worker returned no result for this job"}
         if "error" in result:

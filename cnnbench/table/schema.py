@@ -125,6 +125,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("git_sha", str, "Commit of cnnbench that ran (suffix -dirty if modified)."),
     Column("python", str, "Python version of the worker."),
     Column("host", str, "Host name of the launching process."),
+    Column("skipped_inputs", int, "[data] corrupt = \"skip\": distinct input files the run's loaders could not "
+                                  "decode and replaced by the next good one (all processes and loader workers); "
+                                  "empty when corrupt = \"fail\"."),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
@@ -159,6 +162,10 @@ ADDED_IN_V3: tuple[str, ...] = (
 # Every version's additions, oldest first: what `cnnbench upgrade` adds to a file of that version.
 ADDED_IN: dict[int, tuple[str, ...]] = {2: ADDED_IN_V2, 3: ADDED_IN_V3}
 
+# Columns added since SCHEMA_VERSION was last bumped (the next bump makes them its ADDED_IN entry):
+# a file of the current version written before them is read, and upgraded, with them empty.
+ADDED_SINCE_LAST_VERSION: tuple[str, ...] = ("skipped_inputs",)
+
 
 def _square_image_size(row: dict[str, Any]) -> dict[str, Any]:
     """Schema 1-2: image_size was one integer (height = width) -> "HxW"."""
@@ -174,8 +181,10 @@ CONVERTERS: dict[int, Any] = {3: _square_image_size}
 
 
 def columns_of_version(version: int) -> tuple[str, ...]:
-    """The header a file written by schema version ``version`` has (columns keep their order)."""
+    """The header a file written by schema version ``version`` has (columns keep their order); for the
+    current version, without the columns added since (the current header is COLUMN_NAMES)."""
     later = {name for v, names in ADDED_IN.items() if v > version for name in names}
+    later.update(ADDED_SINCE_LAST_VERSION)
     return tuple(name for name in COLUMN_NAMES if name not in later)
 
 
