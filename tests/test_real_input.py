@@ -351,3 +351,40 @@ def test_torch_sampler_runs_epoch_after_epoch_in_the_neutral_order(samples):
         order = plan.epoch_order(epoch)
         for step in range(steps):
             assert keys[epoch * steps + step] == [(epoch, int(i), True) for i in order[step * 4 + 2:step * 4 + 4]]
+
+
+def test_a_folder_of_both_orientations_crosses_in_a_canvas_bounded_by_the_model_with_the_same_crops(tmp_path):
+    """#32.3: one portrait and one landscape size no longer pad every image into a square of the longer
+    side: images over 4x the model's size are shrunk on the host (their crop boxes with them), so the
+    uint8 batch is bounded by the model, and each crop shows what it showed from the full-size image."""
+    from types import SimpleNamespace
+
+    from cnnbench.data.loader import HOST_CANVAS_FACTOR, collate, prepare_on_host
+
+    write_image_folder(tmp_path / "mixed", 4, ["astronaut"], (120, 200), seed=0)
+    write_image_folder(tmp_path / "mixed", 4, ["coffee"], (200, 120), seed=1)
+    run = SimpleNamespace(dataset="image_folder", data_path=str(tmp_path / "mixed"), image_size=(8, 8), seed=0,
+                          data={"test_fraction": 0.0})
+    plan = plan_for(run)
+    bound = HOST_CANVAS_FACTOR * 8
+    assert plan.index.canvas_hw == (200, 200) and plan.canvas_hw == (bound, bound)
+    reader = SampleReader(plan)
+    same, other = [], []
+    for item in range(len(plan.labels)):
+        sample = reader.sample(2, item, True)
+        height, width = plan.index.sizes[item]
+        kept = (bound, round(width * bound / height)) if height > width else (round(height * bound / width), bound)
+        y0, x0, h, w = sample.box
+        assert sample.pixels.shape == (bound, bound, 3)
+        assert 0 <= y0 and y0 + h <= kept[0] + 1e-4 and 0 <= x0 and x0 + w <= kept[1] + 1e-4
+        assert not sample.pixels[kept[0]:].any() and not sample.pixels[:, kept[1]:].any()
+        # the same crop from the full-size image: the same picture, up to the host's area filter; another
+        # epoch's crop of the image is the control
+        image, _ = reader.pixels(item)
+        unit = ((0.0,) * 3, (1 / 255,) * 3)
+        shrunk = prepare_on_host(*collate([sample])[::2], np.array([sample.flip]), (8, 8), *unit).ravel()
+        for epoch, found in ((2, same), (5, other)):
+            box, flip = plan.draw(epoch, item, (height, width), True)
+            whole = prepare_on_host(image[None], box[None], np.array([flip]), (8, 8), *unit).ravel()
+            found.append(np.corrcoef(shrunk, whole)[0, 1])
+    assert min(same) > 0.85 and np.median(same) > np.median(other) + 0.2, (same, other)
