@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -168,13 +166,19 @@ def validate(
                       "fields it has; a spec with none is a training spec).")] = None,
 ) -> None:
     """Check a spec and print what each command it is for would run (devices present are not checked)."""
+    from cnnbench.run.plans import bad_image_files
     from cnnbench.run.plans import validate as plan_spec
+    from cnnbench.spec import load_spec
 
     check_device(device)
-    for plan in plan_spec(spec, for_command, device):
+    plans = plan_spec(spec, for_command, device)
+    warning = bad_image_files(load_spec(spec))
+    for plan in plans:
         print(f"{spec}: valid for {plan.command}, {plan.headline}")
         for index, line in enumerate(plan.lines, start=1):
             print(f"  {index:3d}. {line}")
+    if warning:
+        print(f"cnnbench: {warning}", file=sys.stderr)
 
 
 @app.command()
@@ -360,13 +364,7 @@ def env() -> None:
         if not envinfo.backend_version(entry.name):
             print(f"{entry.name}: not installed ({entry.install_hint})")
             continue
-        code = f"import json, {entry.module} as m; print(json.dumps(m.devices()))"
-        try:
-            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                  timeout=300, cwd=REPO_ROOT)
-            found = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
-        except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError):
-            found = None
+        found = envinfo.backend_devices(entry.name)
         listed = ", ".join(found) if found else "could not list devices"
         print(f"{entry.name}: {', '.join(f'{k} {v}' for k, v in versions.items())}; devices: {listed}")
 

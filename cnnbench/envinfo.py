@@ -61,6 +61,21 @@ def stack_versions(backend: str, strategy: str | None = None, gpu: bool = False)
     return f"{text};nvidia-driver={driver}" if driver else text
 
 
+def backend_devices(backend: str, timeout_s: float = 300.0) -> list[str] | None:
+    """The devices a backend's framework sees, asked in a process of its own (frameworks never share
+    one); None when it could not say (not installed, crashed, timed out)."""
+    import json
+    import sys
+
+    code = f"import json, {REGISTRY[backend].module} as m; print(json.dumps(m.devices()))"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s,
+                              cwd=Path(__file__).resolve().parent.parent)
+        return json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
+    except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError):
+        return None
+
+
 @functools.cache
 def gpu_driver() -> str | None:
     """The NVIDIA driver version (nvidia-smi), None where there is none; asked once per process."""

@@ -14,7 +14,7 @@ from cnnbench.data.catalog import INPUT_SOURCES
 from cnnbench.model import flops
 from cnnbench.model.facts import hw_text
 from cnnbench.options import options_text
-from cnnbench.runs import RunCommon
+from cnnbench.runs import Outcome, RunCommon
 from cnnbench.table.schema import SCHEMA_VERSION
 
 # Filled by the worker's NVML sampler (cnnbench/gpu_monitor.py) where NVML is available.
@@ -60,3 +60,16 @@ def config_row(run: RunCommon) -> dict[str, Any]:
         "python": envinfo.python_version(),
         "host": envinfo.host_name(),
     }
+
+
+FIRST_SKIPPED = "_first_skipped_input"  # not a column: "file: why" of the first skip, for the summary line
+
+
+def with_skips(row: dict[str, Any], run: RunCommon, outcome: Outcome) -> dict[str, Any]:
+    """``skipped_inputs`` (distinct files, with [data] corrupt = "skip"; empty otherwise) and the first
+    skipped file, which the run's summary line names."""
+    if run.data.corrupt == "skip":
+        row["skipped_inputs"] = len(outcome.skipped_inputs)
+    if outcome.skipped_inputs:
+        row[FIRST_SKIPPED] = outcome.skipped_inputs[0][1]  # the reason names the file
+    return row

@@ -167,6 +167,8 @@ class Outcome:
     error: str = ""
     wall_s: float = 0.0
     log_tail: list[str] = field(default_factory=list)
+    worker_reported: bool = False  # the error is one a worker caught and wrote (not a crash or a timeout)
+    skipped_inputs: list[tuple[str, str]] = field(default_factory=list)  # (file, why) of [data] corrupt = "skip"
 
 
 def from_plain(cls: Any, value: Any) -> Any:

@@ -137,18 +137,52 @@ def _truncated_folder(root: Path) -> Path:
     return victim
 
 
-def test_a_truncated_image_fails_the_run_naming_it_or_is_skipped_with_a_warning(tmp_path):
+def test_a_truncated_image_fails_the_run_naming_it(tmp_path):
     victim = _truncated_folder(tmp_path / "folder")
     out = tmp_path / "rows.csv"
     fail = _spec(tmp_path, "image_folder", tmp_path / "folder", name="fail.toml")
-    done = run_cli("run", fail, "--out", out, "--no-report")
+    run_cli("run", fail, "--out", out, "--no-report")
     (row,) = store.read_rows(out)
     assert row["status"] == "failed" and str(victim) in row["error"] and "truncated JPEG" in row["error"]
-    skip = _spec(tmp_path, "image_folder", tmp_path / "folder", data='corrupt = "skip"', name="skip.toml")
-    done = run_cli("run", skip, "--out", out, "--no-report", "-v")
-    rows = store.read_rows(out)
-    assert rows[-1]["status"] == "ok", rows[-1]["error"]
-    assert "warning: skipped corrupt input" in done.stderr and str(victim) in done.stderr
+    assert row["skipped_inputs"] is None  # corrupt = "fail": nothing is skipped, nothing counted
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax", "tensorflow"])
+def test_a_skipped_image_is_counted_in_the_row_warned_and_named_in_the_summary_line(tmp_path, backend):
+    """#32.2: corrupt = "skip" is not silent, without -v: the loader workers' skips (a DataLoader worker
+    process, tf.data's and grain's threads) reach the row's skipped_inputs and the launcher's stderr."""
+    victim = _truncated_folder(tmp_path / "folder")
+    out = tmp_path / "rows.csv"
+    skip = _spec(tmp_path, "image_folder", tmp_path / "folder", backend, workers=1, data='corrupt = "skip"',
+                 name="skip.toml")
+    done = run_cli("run", skip, "--out", out, "--no-report")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = store.read_rows(out)
+    assert row["status"] == "ok" and row["skipped_inputs"] == 1, row
+    assert f'warning: skipped 1 corrupt input(s) ([data] corrupt = "skip"): {victim}' in done.stderr
+    (summary,) = [line for line in done.stderr.splitlines() if line.startswith("[1/1] ok")]
+    assert f"skipped 1 corrupt input(s), the first: {victim}: truncated JPEG" in summary
+
+
+def test_validate_lists_every_bad_file_of_a_folder_up_to_a_limit(tmp_path):
+    """#32.2: not the first bad file per attempt: all of them, ten named and "... and N more"."""
+    folder = tmp_path / "folder"
+    write_image_folder(folder, 12, 2, (40, 56), seed=0)
+    victims = sorted((folder / "astronaut").glob("*.jpg"))
+    for victim in victims:  # the header survives, the scan data and EOI do not
+        victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    spec = _spec(tmp_path, "image_folder", folder)
+    done = run_cli("validate", spec)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"12 of 24 files bad: {victims[0]}: truncated JPEG" in done.stderr
+    assert str(victims[9]) in done.stderr and str(victims[10]) not in done.stderr and "; ... and 2 more" in done.stderr
+    done = run_cli("validate", _spec(tmp_path, "image_folder", folder, data='corrupt = "skip"', name="skip.toml"))
+    assert done.returncode == 0 and "valid for run" in done.stdout
+    assert "warning:" in done.stderr and "12 of 24 files bad" in done.stderr and "skipped_inputs" in done.stderr
+    for victim in victims[:3]:
+        victim.write_text("not a picture")  # unreadable headers: the scan names every one at once
+    line = _bad(tmp_path, folder)
+    assert all(f"{v}: not a readable image" in line for v in victims[:3]) and "3 of 24 files bad" in line
 
 
 def test_gpu_decode_is_refused_on_a_cpu_run(tmp_path, samples):
@@ -320,3 +354,40 @@ def test_torch_sampler_runs_epoch_after_epoch_in_the_neutral_order(samples):
         order = plan.epoch_order(epoch)
         for step in range(steps):
             assert keys[epoch * steps + step] == [(epoch, int(i), True) for i in order[step * 4 + 2:step * 4 + 4]]
+
+
+def test_a_folder_of_both_orientations_crosses_in_a_canvas_bounded_by_the_model_with_the_same_crops(tmp_path):
+    """#32.3: one portrait and one landscape size no longer pad every image into a square of the longer
+    side: images over 4x the model's size are shrunk on the host (their crop boxes with them), so the
+    uint8 batch is bounded by the model, and each crop shows what it showed from the full-size image."""
+    from types import SimpleNamespace
+
+    from cnnbench.data.loader import HOST_CANVAS_FACTOR, collate, prepare_on_host
+
+    write_image_folder(tmp_path / "mixed", 4, ["astronaut"], (120, 200), seed=0)
+    write_image_folder(tmp_path / "mixed", 4, ["coffee"], (200, 120), seed=1)
+    run = SimpleNamespace(dataset="image_folder", data_path=str(tmp_path / "mixed"), image_size=(8, 8), seed=0,
+                          data={"test_fraction": 0.0})
+    plan = plan_for(run)
+    bound = HOST_CANVAS_FACTOR * 8
+    assert plan.index.canvas_hw == (200, 200) and plan.canvas_hw == (bound, bound)
+    reader = SampleReader(plan)
+    same, other = [], []
+    for item in range(len(plan.labels)):
+        sample = reader.sample(2, item, True)
+        height, width = plan.index.sizes[item]
+        kept = (bound, round(width * bound / height)) if height > width else (round(height * bound / width), bound)
+        y0, x0, h, w = sample.box
+        assert sample.pixels.shape == (bound, bound, 3)
+        assert 0 <= y0 and y0 + h <= kept[0] + 1e-4 and 0 <= x0 and x0 + w <= kept[1] + 1e-4
+        assert not sample.pixels[kept[0]:].any() and not sample.pixels[:, kept[1]:].any()
+        # the same crop from the full-size image: the same picture, up to the host's area filter; another
+        # epoch's crop of the image is the control
+        image, _ = reader.pixels(item)
+        unit = ((0.0,) * 3, (1 / 255,) * 3)
+        shrunk = prepare_on_host(*collate([sample])[::2], np.array([sample.flip]), (8, 8), *unit).ravel()
+        for epoch, found in ((2, same), (5, other)):
+            box, flip = plan.draw(epoch, item, (height, width), True)
+            whole = prepare_on_host(image[None], box[None], np.array([flip]), (8, 8), *unit).ravel()
+            found.append(np.corrcoef(shrunk, whole)[0, 1])
+    assert min(same) > 0.85 and np.median(same) > np.median(other) + 0.2, (same, other)

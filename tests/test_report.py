@@ -49,6 +49,13 @@ def _line(ax, label_start):
     return list(line.get_xdata()), list(line.get_ydata())
 
 
+def _labelled_lines(ax) -> dict:
+    """Legend label -> data line, for plain lines and error-bar lines alike."""
+    lines = {c.get_label(): c.lines[0] for c in ax.containers if getattr(c, "lines", None) and c.lines[0]}
+    lines.update({ln.get_label(): ln for ln in ax.get_lines() if not ln.get_label().startswith("_")})
+    return lines
+
+
 def test_charts_plot_the_aggregated_values(tmp_path):
     csv = tmp_path / "fx.csv"
     _fixture(csv)
@@ -196,9 +203,83 @@ def test_serving_latency_marks_saturation_and_tells_the_modes_apart(tmp_path):
     report = build_report([csv], tmp_path / "out")
     p50 = report.figures["serve_latency"].axes[0]
     lines = {ln.get_label(): ln for ln in p50.get_lines()}
-    assert {"torch dynamic (in-process)", "torch batch1 (in-process)", "torch dynamic (HTTP)",
-            "torch batch1 (HTTP)"} <= set(lines)
-    assert lines["torch dynamic (in-process)"].get_linestyle() != lines["torch dynamic (HTTP)"].get_linestyle()
+    assert {"torch dynamic (in-process)", "torch batch1 (in-process)", "torch dynamic raw (HTTP)",
+            "torch batch1 raw (HTTP)", "torch dynamic jpeg (HTTP)"} <= set(lines)
+    assert lines["torch dynamic (in-process)"].get_linestyle() != lines["torch dynamic raw (HTTP)"].get_linestyle()
     marks = sorted(float(c.get_offsets()[0][0]) for c in p50.collections)
-    assert marks == [1000.0, 1000.0, 3000.0, 3000.0]  # batch1 falls over at 1,000 req/s, dynamic at 3,000
-    assert any(label.startswith("saturated") for label in _legend_labels(report.figures["serve_latency"]))
+    # batch1 falls over at 1,000 req/s (in-process: a growing queue; HTTP: a third 503), dynamic at 3,000,
+    # dynamic with JPEG bodies (decoding) at 1,000
+    assert marks == [1000.0, 1000.0, 1000.0, 3000.0, 3000.0]
+    assert any(label.startswith("first saturated") for label in _legend_labels(report.figures["serve_latency"]))
+    notes = report.notes["serve_throughput"]
+    assert "resnet50 torch batch1 raw (HTTP): saturated at 1,000 req/s offered (2,000 of 3,000 requests answered)" \
+        in notes
+
+
+def test_saturation_compares_answered_with_the_requests_actually_offered(tmp_path):
+    """#32.4: at 100 req/s the Poisson draw offered 264 requests in the 3 s window, all answered: 88
+    answered/s is under 90% of the nominal rate, yet nothing saturated."""
+    csv = tmp_path / "serve.csv"
+    report_rows.inference(csv)
+    report = build_report([csv], tmp_path / "out")
+    table = report.tables["serve"]
+    low = table[table["arrival_rate_rps"] == 100.0]
+    assert (low["achieved"] < 0.9 * 100.0).all() and (low["saturated"] == "").all()
+    ax = report.figures["serve_throughput"].axes[0]
+    assert all(float(c.get_offsets()[0][0]) > 100.0 for c in ax.collections)
+
+
+def test_raw_and_jpeg_requests_of_one_backend_are_separate_lines(tmp_path):
+    """#32.4: they are different workloads (the server decodes JPEGs): never one line, each its marker."""
+    csv = tmp_path / "serve.csv"
+    report_rows.inference(csv)
+    ax = build_report([csv], tmp_path / "out").figures["serve_throughput"].axes[0]
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    raw, jpeg = lines["torch dynamic raw (HTTP)"], lines["torch dynamic jpeg (HTTP)"]
+    assert len(raw.get_xdata()) == len(jpeg.get_xdata()) == 3
+    assert raw.get_marker() != jpeg.get_marker()
+    np.testing.assert_allclose(jpeg.get_ydata(), [88.0, 500.0, 500.0])
+
+
+def test_dashed_lines_mean_compiled_and_nothing_else(tmp_path):
+    """#32.4: the HTTP front-end, a second spec or batch size, and the device count of the accuracy
+    curves are told apart otherwise (dash-dots, fainter lines with a legend entry, markers)."""
+    csv = tmp_path / "serve.csv"
+    report_rows.inference(csv)
+    two_specs = tmp_path / "specs.csv"
+    report_rows.scaling_sweep(two_specs)
+    rows = store.read_rows(two_specs)
+    store.append_rows(two_specs, [{**r, "run_id": r["run_id"] + "b", "spec_name": "other", "spec_hash": "h2",
+                                   "images_per_sec": r["images_per_sec"] * 0.9} for r in rows])
+    report = build_report([csv, two_specs], tmp_path / "out")
+    for name, fig in report.figures.items():
+        for ax in fig.axes:
+            for label, line in _labelled_lines(ax).items():
+                assert line.get_linestyle() != "--" or "+compile" in label, (name, label)
+    lines = _labelled_lines(report.figures["throughput"].axes[1])  # weak scaling
+    mine, other = lines["torch/ddp [fx]"], lines["torch/ddp [other]"]
+    assert mine.get_linestyle() == other.get_linestyle() == "-"
+    assert (mine.get_alpha() or 1.0) > other.get_alpha()
+    assert any(label.startswith("fainter: another spec") for label in _legend_labels(report.figures["throughput"]))
+    fx = tmp_path / "fx.csv"
+    _fixture(fx)
+    accuracy = build_report([fx], tmp_path / "acc").figures["accuracy_time"].axes[0]
+    assert {ln.get_linestyle() for ln in accuracy.get_lines()} == {"-"}
+
+
+def test_the_inputs_of_an_inference_sweep_are_distinct_series_under_a_true_title(tmp_path):
+    """#32.4: `float32_pageable` and `resident` (one backend, one precision) differ in colour and marker,
+    and the title does not say "host input copied each batch" of the resident one."""
+    csv = tmp_path / "inputs.csv"
+    rows = [report_rows.infer_row(f"{source}{b}", "torch", source, b, ms * b, precision="bf16")
+            for source, ms in (("resident", 0.2), ("float32_pageable", 0.5)) for b in (1, 8, 64)]
+    store.append_rows(csv, rows)
+    fig = build_report([csv], tmp_path / "out").figures["infer_throughput"]
+    lines = _labelled_lines(fig.axes[0])
+    resident, pageable = lines["torch bf16 resident"], lines["torch bf16 float32_pageable"]
+    assert resident.get_color() != pageable.get_color() and resident.get_marker() != pageable.get_marker()
+    title = fig.get_suptitle()
+    assert "resident on the device" in title and "host input copied each batch" not in title
+    store.append_rows(csv := tmp_path / "host.csv", rows[3:])
+    title = build_report([csv], tmp_path / "host").figures["infer_throughput"].get_suptitle()
+    assert "float32 input copied from pageable host memory each batch" in title and "resident" not in title

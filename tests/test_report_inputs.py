@@ -56,3 +56,17 @@ def test_a_file_that_is_neither_gets_one_short_line(tmp_path):
     missing = [c for c in COLUMN_NAMES if c not in ("run_id", "backend")]
     assert message == (f"{foreign}: not a cnnbench results file: missing required columns "
                        f"{', '.join(missing[:3])} and {len(missing) - 3} more")
+
+
+def test_every_committed_results_file_reports_together_and_the_model_less_one_alone(tmp_path):
+    """#32.1: `cnnbench report results/*.csv` (the README's example) reports. h200_stack_http.csv has rows
+    that measure no model (no compile, strategy, model or precision): it reports alone too. (Each file
+    alone was checked once by hand; all of them alone take minutes on a 2-core machine.)"""
+    done = run_cli("report", *COMMITTED, "--out", tmp_path / "all")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "all" / "index.html").is_file() and (tmp_path / "all" / "serve_throughput.svg").is_file()
+    from cnnbench.report.train import build_report
+
+    report = build_report([REPO / "results" / "h200_stack_http.csv"], tmp_path / "stack")
+    lines = [ln.get_label() for ln in report.figures["serve_throughput"].axes[0].get_lines()]
+    assert any(label.startswith("numpy dynamic") for label in lines), lines

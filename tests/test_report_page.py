@@ -18,12 +18,16 @@ from cnnbench.report.train import build_report
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 # appended to a copy of the page only: once everything has loaded, record what the browser made of each image
-PROBE = """<script>
+PROBE = r"""<script>
 window.addEventListener("load", () => {
   const images = [...document.images];
   document.body.dataset.images = images.length;
   document.body.dataset.loaded = images.filter(i => i.complete && i.naturalWidth > 0).length;
   document.body.dataset.broken = images.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.alt).join(";");
+  const items = [...document.querySelectorAll("li")];
+  document.body.dataset.items = items.length;
+  document.body.dataset.bullets = items.filter(i => getComputedStyle(i).display === "list-item").length;
+  document.body.dataset.markdown = document.body.innerText.split("\n").filter(t => /^(#+ |- |\|)/.test(t)).length;
 });
 </script>"""
 
@@ -70,17 +74,22 @@ def test_the_page_holds_every_chart_and_needs_nothing_else(built):
     assert "GPU-X" in text and "abc123" in text and "torch=1.0" in text  # device, git sha, versions
 
 
-def test_chromium_renders_the_page_with_every_image_and_no_console_error(built):
-    tmp, report = built
+def _rendered(tmp: Path, report) -> dict[str, str]:
+    """What Chromium made of the page: the PROBE's counts (images, list items, Markdown left as text)."""
     probe = report.out_dir / "probe.html"
     probe.write_text((report.out_dir / "index.html").read_text().replace("</body>", PROBE + "</body>"))
     done = _chromium(tmp, "--dump-dom", probe.as_uri())
     assert done.returncode == 0, done.stderr[-2000:]
     body = re.search(r"<body([^>]*)>", done.stdout).group(1)
-    found = dict(re.findall(r'data-(\w+)="([^"]*)"', body))
-    assert found["broken"] == "" and found["loaded"] == found["images"] != "0", found
     console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
     assert console == [], console
+    return dict(re.findall(r'data-(\w+)="([^"]*)"', body))
+
+
+def test_chromium_renders_the_page_with_every_image_and_no_console_error(built):
+    tmp, report = built
+    found = _rendered(tmp, report)
+    assert found["broken"] == "" and found["loaded"] == found["images"] != "0", found
 
     shot = tmp / "page.png"
     done = _chromium(tmp, f"--screenshot={shot}", (report.out_dir / "index.html").as_uri())
@@ -91,6 +100,21 @@ def test_chromium_renders_the_page_with_every_image_and_no_console_error(built):
     assert pixels.shape[:2] == (2400, 1280)
     coloured = np.abs(pixels - pixels.mean(axis=2, keepdims=True)).max(axis=2) > 0.15
     assert coloured.mean() > 0.002  # the framework colours of the charts are on screen, not a blank page
+
+
+def test_an_inference_page_renders_its_markdown_and_summary_md_holds_the_table(tmp_path):
+    """#32.4: no literal `## Noisy measurements` heading, bullets on the noisy list (as Chromium draws
+    them), and the inference summary table in summary.md, not only the noisy list."""
+    csv = tmp_path / "infer.csv"
+    report_rows.inference(csv)
+    report = build_report([csv], tmp_path / "infer")
+    summary = (report.out_dir / "summary.md").read_text()
+    assert "| resnet50 | torch | bf16 | sweep |" in summary and "## Noisy measurements" in summary
+    text = (report.out_dir / "index.html").read_text()
+    assert "## " not in text and "<td>resnet50</td>" in text and '<h2 id="noisy">' in text
+    found = _rendered(tmp_path, report)
+    assert found["markdown"] == "0", found
+    assert int(found["items"]) > 3 and found["bullets"] == found["items"], found
 
 
 def test_the_environment_names_the_gpu_driver_the_row_recorded(tmp_path, monkeypatch):

@@ -116,3 +116,21 @@ def test_upgrade_turns_an_integer_image_size_into_height_x_width(tmp_path):
     assert store.upgrade_file(path) == 1
     (row,) = store.read_rows(path)
     assert row["image_size"] == "224x224" and row["data_wait_share"] is None
+
+
+def test_a_file_of_this_version_written_before_its_newest_columns_is_read_and_upgraded(tmp_path):
+    """Columns added since the last version bump (skipped_inputs): the committed results files lack them."""
+    from cnnbench.table.schema import ADDED_SINCE_LAST_VERSION, COLUMN_NAMES, SCHEMA_VERSION
+
+    assert "skipped_inputs" in ADDED_SINCE_LAST_VERSION and COLUMN_NAMES[-1] == "skipped_inputs"
+    header = [c for c in COLUMN_NAMES if c not in ADDED_SINCE_LAST_VERSION]
+    values = {"schema_version": str(SCHEMA_VERSION), "run_id": "before", "status": "ok"}
+    path = tmp_path / "current.csv"
+    path.write_text(",".join(header) + "\n" + ",".join(values.get(c, "") for c in header) + "\n")
+    frame = store.read_results([path])
+    assert list(frame["run_id"]) == ["before"] and frame["skipped_inputs"].isna().all()
+    with pytest.raises(ResultsFileError, match="cnnbench upgrade"):
+        store.check_appendable(path)
+    assert store.upgrade_file(path) == 1
+    store.append_rows(path, [{"run_id": "after", "schema_version": SCHEMA_VERSION, "skipped_inputs": 2}])
+    assert [r["skipped_inputs"] for r in store.read_rows(path)] == [None, 2]

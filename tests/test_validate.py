@@ -68,7 +68,7 @@ def test_every_experiment_validates_and_lists_what_it_would_run(path, official_s
 
 def test_inference_specs_are_planned_by_infer_with_their_jobs():
     output = _validate(REPO / "experiments" / "resnet50_infer.toml")
-    assert set(_plans(output)) == {"infer"}
+    assert set(_plans(output)) == {"infer", "serve"}  # its [serve] table also configures `cnnbench serve`
     assert "serve dynamic 100 req/s" in output and "ablation pad b50" in output
     assert "skipped row: jax compile" in output  # what infer would write as skipped, said up front
     assert set(_plans(_validate(REPO / "experiments" / "resnet50_ablation.toml"))) == {"infer"}
@@ -89,3 +89,30 @@ def test_a_spec_for_no_command_fails_as_a_training_spec_with_one_line(tmp_path):
     assert done.stderr.strip().count("\n") == 0
     done = run_cli("validate", spec, "--for", "serve-nothing")
     assert done.returncode == 2 and "--for: unknown command" in done.stderr
+
+
+SERVE_ONLY = """
+    name = "serve_only"
+    model = "smallcnn"
+    dataset = "synthetic"
+    backends = ["torch", "jax"]
+    device = "cpu"
+    [serve]
+    port = 8123
+    max_batch = 16
+"""
+
+
+def test_a_spec_with_only_serve_is_planned_for_serve(tmp_path):
+    """#32.5: not "valid for infer, 0 worker run(s)": the model, backend, warmed-up batch shapes and port."""
+    spec = write_spec(tmp_path, SERVE_ONLY)
+    output = _validate(spec)
+    assert _plans(output) == {"serve": 2}
+    assert "valid for serve, 2 server(s) (one per process: pass --backend)" in output
+    assert ("serve --backend torch: smallcnn fp32 28x28 on cpu, batching dynamic (max_batch 16, deadline 5 ms), "
+            "warms up batch shapes 8, 16; listens on http://127.0.0.1:8123") in output
+    assert _plans(_validate(spec, "--for", "serve")) == {"serve": 2}
+    unbatched = write_spec(tmp_path, SERVE_ONLY.replace("max_batch = 16", 'batching = "none"'), "none.toml")
+    assert "warms up batch shapes 1;" in _validate(unbatched, "--for", "serve")
+    done = run_cli("validate", spec, "--for", "infer")
+    assert done.returncode == 0 and "0 worker run(s)" in done.stdout  # infer has nothing to measure there

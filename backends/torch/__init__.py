@@ -23,6 +23,15 @@ def version() -> str | None:
 
 
 
+def devices() -> list[str]:
+    """What PyTorch sees: each CUDA device, then the CPU. Imports torch: `cnnbench env` calls it in a
+    process of its own."""
+    import torch
+
+    found = [f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(torch.cuda.device_count())]
+    return [*found, f"cpu ({torch.get_num_threads()} threads)"]
+
+
 def launch_layout(run: Run) -> Layout:
     processes = run.devices_per_host
     env = {"OMP_NUM_THREADS": str(cpu_threads_per_process(processes))}

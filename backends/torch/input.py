@@ -179,7 +179,7 @@ class TorchInput:
             decoded = decode_jpeg(encoded, mode=ImageReadMode.RGB, device=self.device)
         except RuntimeError as exc:
             raise DataError(f"GPU JPEG decode failed in a batch starting with {names[0]}: {exc}") from None
-        canvas_h, canvas_w = self.plan.canvas_hw
+        canvas_h, canvas_w = self.plan.index.canvas_hw  # full-size images: no host shrinking on this path
         out = torch.zeros((len(decoded), canvas_h, canvas_w, 3), dtype=torch.uint8, device=self.device)
         for k, image in enumerate(decoded):
             out[k, :image.shape[1], :image.shape[2]] = image.permute(1, 2, 0)

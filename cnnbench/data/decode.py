@@ -83,14 +83,20 @@ def _check_complete(data: bytes, fmt: str, source: str) -> None:
         raise DataError(f"{source}: truncated PNG (no IEND chunk at the end, {len(data)} bytes)")
 
 
-def decode_image(data: bytes, source: str) -> np.ndarray:
-    """Decode an encoded image to a uint8 (H, W, 3) RGB array; DataError naming ``source`` if it is bad."""
+def check_container(data: bytes, source: str) -> str:
+    """The image format of ``data``; DataError naming ``source`` when it is empty, no image, or cut off."""
     if not data:
         raise DataError(f"{source}: empty file, not an image")
     fmt = image_format(data)
     if fmt is None:
         raise DataError(f"{source}: not an image (no JPEG/PNG/BMP/WebP/TIFF signature; starts with {data[:8]!r})")
     _check_complete(data, fmt, source)
+    return fmt
+
+
+def decode_image(data: bytes, source: str) -> np.ndarray:
+    """Decode an encoded image to a uint8 (H, W, 3) RGB array; DataError naming ``source`` if it is bad."""
+    fmt = check_container(data, source)
     simplejpeg = _simplejpeg() if fmt == "JPEG" else None
     if simplejpeg is not None:
         try:

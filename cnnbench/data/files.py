@@ -22,6 +22,7 @@ import numpy as np
 from cnnbench.errors import DataError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+BAD_FILES_SHOWN = 10  # a message naming bad files names this many, then says how many more
 JPEG_SUFFIXES = (".jpg", ".jpeg")
 
 
@@ -92,9 +93,41 @@ def scan_image_folder(root: str | Path) -> FileIndex:
         classes = ()
     if not files:
         raise DataError(f"image_folder: {folder} holds no class folders and no .jpg/.jpeg/.png files")
-    sizes = np.array([header_size(p) for p in files], np.int32).reshape(-1, 2)
+    sizes, bad = [], []
+    for path in files:  # every unreadable file is named at once, not one per attempt
+        try:
+            sizes.append(header_size(path))
+        except DataError as exc:
+            bad.append(str(exc))
+    if bad:
+        raise DataError(f"image_folder: {folder}: {bad_files_text(bad, len(files))}")
+    sizes = np.array(sizes, np.int32).reshape(-1, 2)
     return FileIndex("image_folder", str(folder), tuple(map(str, files)), np.asarray(labels, np.int64),
                      classes, sizes)
+
+
+def bad_files_text(problems: list[str], total: int, limit: int = BAD_FILES_SHOWN) -> str:
+    """One line naming the first ``limit`` bad files of ``total``, then how many more there are."""
+    shown = "; ".join(problems[:limit])
+    more = f"; ... and {len(problems) - limit} more" if len(problems) > limit else ""
+    return f"{len(problems)} of {total} files bad: {shown}{more}"
+
+
+def incomplete_images(index: FileIndex) -> list[str]:
+    """Why each image of a folder would fail to decode by its container alone (truncated, empty, no
+    image signature), read whole but not decoded: what `cnnbench validate` lists before a run meets them
+    one at a time. A file whose pixels are corrupt inside a complete container is found only by decoding."""
+    from cnnbench.data.decode import check_container
+
+    problems = []
+    for name in index.files:
+        try:
+            check_container(Path(name).read_bytes(), name)
+        except DataError as exc:
+            problems.append(str(exc))
+        except OSError as exc:
+            problems.append(f"{name}: cannot read ({exc.strerror or exc})")
+    return problems
 
 
 def quiet_video_decoder() -> None:

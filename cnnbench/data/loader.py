@@ -9,7 +9,11 @@ describes, in parallel and ahead of time:
   (every framework and every worker count sees the same images in the same order);
 - :class:`SampleReader` -- item -> uint8 HWC pixels padded into the dataset's canvas (so a batch is one
   array whatever the source sizes), its crop box and flip from :func:`cnnbench.data.augment.crop_draws`,
-  and the corrupt-image policy.
+  and the corrupt-image policy. An image larger than HOST_CANVAS_FACTOR x the model's input (in either
+  side) is first shrunk on the host (OpenCV's area filter) to fit that bound, its box scaled with it:
+  the crop is drawn from the image's own size, so every framework still crops the same region, while
+  the canvas, and the uint8 batch crossing to the device, stay bounded by the model's size (a folder of
+  portrait and landscape 1080p photographs trained at 32x32 moved 1920x1920 canvases before).
 
 Batches cross to the device as uint8 NHWC; each backend's ``transforms.prepare`` crops, resizes, flips,
 converts and normalises there.
@@ -17,6 +21,7 @@ converts and normalises there.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -31,7 +36,15 @@ from cnnbench.data.augment import crop_draws
 from cnnbench.data.normalize import IMAGENET_MEAN, IMAGENET_STD
 from cnnbench.errors import DataError
 
-UINT8_DATASETS = ("cifar10", "image_folder", "video")  # batches cross as uint8, prepared on the device
+# Where every process of a run (loader workers and threads included) appends one line per skipped input:
+# set by the launcher, read by it when the run ends (cnnbench.run.launch), so the row counts the skips of
+# every framework's pipeline without each passing counts back through its batches.
+SKIP_LOG_ENV = "CNNBENCH_SKIP_LOG"
+UINT8_DATASETS = ("cifar10", "image_folder", "video")
+# The host shrinks an image to at most this many times the model's input height and width. Why 4: the
+# smallest crop random_resized_crop draws covers 8% of the area, a 0.28 share of each side, so at 4x the
+# model's size it still holds more than one source pixel per output pixel.
+HOST_CANVAS_FACTOR = 4  # batches cross as uint8, prepared on the device
 # The trainers with a uint8 input path; others read cifar10 as float arrays and refuse files and video.
 UINT8_STRATEGIES = {"torch": ("ddp",), "tensorflow": ("mirrored",), "jax": ("sharded", "pmap", "tensor", "data+tensor")}
 
@@ -67,6 +80,31 @@ class Sample:
     label: int
     box: np.ndarray  # float32 (4,) = (y0, x0, h, w)
     flip: bool
+
+
+def record_skip(source: str, reason: str) -> None:
+    """Append ``source<TAB>reason`` to the run's skip log (one ``write`` on an O_APPEND file: lines of
+    concurrent processes and threads do not interleave); nothing outside a launched run."""
+    path = os.environ.get(SKIP_LOG_ENV)
+    if not path:
+        return
+    line = (source.replace("\t", " ") + "\t" + " ".join(reason.split()) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def read_skip_log(path: Path) -> list[tuple[str, str]]:
+    """(source, reason) of each distinct input skipped, in the order first met."""
+    if not path.is_file():
+        return []
+    found: dict[str, str] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        source, _, reason = line.partition("\t")
+        found.setdefault(source, reason)
+    return list(found.items())
 
 
 class SampleReader:
@@ -118,6 +156,7 @@ class SampleReader:
                 if self.plan.corrupt != "skip":
                     raise
                 self.skipped += 1
+                record_skip(self.plan.index.source_name(candidate), str(exc))
                 print(f"warning: skipped corrupt input ({self.skipped} in process {os.getpid()}): {exc}",
                       file=sys.stderr, flush=True)
         raise DataError(f"{self.plan.index.root}: no item could be decoded")
@@ -125,6 +164,15 @@ class SampleReader:
     def sample(self, epoch: int, item: int, train: bool) -> Sample:
         image, used = self.pixels(item)
         height, width = image.shape[:2]
+        # drawn from the image's own size: the same crop whatever the host does to its pixels next
+        box, flip = self.plan.draw(epoch, used, (height, width), train)
+        shrunk = host_size((height, width), self.plan.host_bound)
+        if shrunk != (height, width):
+            import cv2
+
+            image = cv2.resize(image, shrunk[::-1], interpolation=cv2.INTER_AREA)
+            box = box * np.array([shrunk[0] / height, shrunk[1] / width] * 2, np.float32)
+            height, width = shrunk
         canvas_h, canvas_w = self.plan.canvas_hw
         if height > canvas_h or width > canvas_w:
             raise DataError(f"{self.plan.index.source_name(used)}: decoded {height}x{width}, larger than its "
@@ -134,7 +182,6 @@ class SampleReader:
         else:  # pad into the canvas (top-left); the box addresses the image's own pixels
             canvas = np.zeros((canvas_h, canvas_w, 3), np.uint8)
             canvas[:height, :width] = image
-        box, flip = self.plan.draw(epoch, used, (height, width), train)
         return Sample(canvas, int(self.plan.labels[used]), box, flip)
 
 
@@ -168,8 +215,15 @@ class InputPlan:
         return len(self.labels)
 
     @property
+    def host_bound(self) -> tuple[int, int]:
+        """The largest height and width an image keeps on the host (see HOST_CANVAS_FACTOR)."""
+        return HOST_CANVAS_FACTOR * self.out_hw[0], HOST_CANVAS_FACTOR * self.out_hw[1]
+
+    @functools.cached_property
     def canvas_hw(self) -> tuple[int, int]:
-        return self.index.canvas_hw
+        """The uint8 batch's height and width: every item as the host keeps it (shrunk to the bound)."""
+        kept = np.array([host_size(tuple(hw), self.host_bound) for hw in self.index.sizes]).reshape(-1, 2)
+        return int(kept[:, 0].max()), int(kept[:, 1].max())
 
     def draw(self, epoch: int, item: int, src_hw: tuple[int, int], train: bool) -> tuple[np.ndarray, bool]:
         kind = self.train_kind if train else self.eval_kind
@@ -193,6 +247,16 @@ class InputPlan:
     def is_jpeg_folder(self) -> bool:
         return self.index.kind == "image_folder" and all(
             f.lower().endswith(files.JPEG_SUFFIXES) for f in self.index.files)
+
+
+def host_size(hw: tuple[int, int], bound: tuple[int, int]) -> tuple[int, int]:
+    """(height, width) an image of ``hw`` keeps on the host: as it is when it fits ``bound``, else
+    shrunk, aspect kept, until it does."""
+    height, width = int(hw[0]), int(hw[1])
+    scale = min(1.0, bound[0] / height, bound[1] / width)
+    if scale == 1.0:
+        return height, width
+    return max(1, min(bound[0], round(height * scale))), max(1, min(bound[1], round(width * scale)))
 
 
 def _cifar10_index(count: int) -> files.FileIndex:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from cnnbench.backend import InferenceModel
+from cnnbench.errors import error_line
 from cnnbench.gpu_monitor import energy_columns
 from cnnbench.infer.micro_batcher import MicroBatcher, run_open_loop
 from cnnbench.runs import InferJob, InferRun, Variant
@@ -170,7 +171,7 @@ def serve_under_load(model: InferenceModel, images: np.ndarray, job: InferJob, s
 
 
 def _failure(exc: BaseException) -> dict[str, Any]:
-    return {"error": f"{type(exc).__name__}: {exc}".strip()}
+    return {"error": error_line(exc)}
 
 
 def run_inference(run: InferRun, build: Callable[[InferRun, Variant], InferenceModel], images: InferImages,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from cnnbench.model import flops
-from cnnbench.rows import config_row
+from cnnbench.rows import config_row, with_skips
 from cnnbench.runs import InferJob, InferRun, Outcome, Variant
 from cnnbench.table.schema import STATUS_SKIPPED
 from cnnbench.table.spread import step_time_spread
@@ -41,7 +41,7 @@ def infer_rows(run: InferRun, outcome: Outcome, peak_tflops: float | None = None
     jobs, found = run.jobs, outcome.result.get("jobs", [])
     rows = []
     for index, job in enumerate(jobs):
-        row = infer_base_row(run, job)
+        row = with_skips(infer_base_row(run, job), run, outcome)
         result = found[index] if outcome.status == "ok" and index < len(found) else {
             "error": outcome.error or "the worker returned no result for this job"}
         if "error" in result:

@@ -5,9 +5,7 @@
 - ``ablation``: signed bars per toggle and framework, the change in milliseconds per batch against the
   baseline (negative = faster, the convention of the results page's table and of ``ablation.md``); toggles
   a framework skipped or failed keep their slot, marked, with the reason under the chart;
-- ``serve_latency`` / ``serve_throughput``: p50 and p99 latency, and achieved load, against offered
-  load, the saturation point marked; in-process (``serve``) and HTTP (``serve-http``) serving drawn
-  in one chart, told apart by line style.
+- ``serve_latency`` / ``serve_throughput``: drawn by ``report.serving``.
 Trials of one configuration are aggregated by their median.
 """
 
@@ -18,12 +16,10 @@ import pandas as pd
 
 from cnnbench.report import figure
 from cnnbench.report.bars import Bar, draw_bars
-from cnnbench.report.style import IDEAL_STYLE, MODE_LINESTYLE, MODE_NAMES, framework_rank, series_style
+from cnnbench.report.serving import SERVE_MODES, draw_serve
+from cnnbench.report.style import framework_rank, series_style
 
 CHARTS = ("infer_throughput", "infer_latency", "ablation", "serve_latency", "serve_throughput")
-SERVE_MODES = ("serve", "serve-http")
-SERVE_SERIES = ["model", "mode", "backend", "variant", "precision"]  # one line each in the serving charts
-SATURATED = 0.9  # a load is not served once less than this share of the offered requests/s completes
 DELTA_LABEL = "change in ms per batch vs baseline (negative = faster)"
 
 
@@ -41,6 +37,23 @@ def _label(frame: pd.DataFrame) -> pd.Series:
 
 def sweep_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[(frame["mode"] == "infer") & frame["variant"].isin(_sweep_variants())]
+
+
+def summary_markdown(frame: pd.DataFrame) -> str:
+    """summary.md's inference table: per model, backend, precision and input, the sweep's best images/s
+    and the batch latency there ('' without sweep rows)."""
+    sweep = sweep_rows(frame)
+    if sweep.empty:
+        return ""
+    lines = ["Inference: the batch sweep's best images/s per model, backend, precision and input, and the "
+             "batch latency there.", "",
+             "| model | backend | precision | input | best images/s | at batch | p50 / p99 ms |",
+             "|---|---|---|---|---:|---:|---:|"]
+    for (model, backend, precision, source), part in sweep.groupby(["model", "backend", "precision", "variant"]):
+        best = part.loc[part["images_per_sec"].astype(float).idxmax()]
+        lines.append(f"| {model} | {backend} | {precision} | {source} | {best['images_per_sec']:,.0f} "
+                     f"| {best['global_batch']} | {best['latency_ms_p50']:.1f} / {best['latency_ms_p99']:.1f} |")
+    return "\n".join(lines) + "\n"
 
 
 def _toggle_order() -> dict[str, int]:
@@ -109,19 +122,46 @@ def draw(frame: pd.DataFrame, report, not_ok: pd.DataFrame | None = None) -> Non
         report.files["ablation_table"] = [report.out_dir / "ablation.md"]
     serve = frame[frame["mode"].isin(SERVE_MODES)]
     if not serve.empty:
-        _draw_serve(report, serve)
+        draw_serve(report, serve)
 
 
-def _sweep_series(agg: pd.DataFrame):
-    keys = sorted(agg.groupby(["infer_label", "backend", "precision", "compile"]).groups,
+# where each sweep batch starts, as the chart titles say it; "sweep" rows (older files) started as a
+# normalised float32 batch in host memory
+INPUT_PHRASES = {"resident": "input resident on the device",
+                 "uint8_pinned": "uint8 input copied from pinned host memory",
+                 "float32_pinned": "float32 input copied from pinned host memory",
+                 "float32_pageable": "float32 input copied from pageable host memory",
+                 "sweep": "float32 input copied from host memory"}
+
+
+def _sweep_series(agg: pd.DataFrame, by_input: bool):
+    """(label, rows, style) per series; with several inputs in the sweep the input picks shade and marker."""
+    keys = sorted(agg.groupby(["infer_label", "backend", "precision", "compile", "variant"]).groups,
                   key=lambda k: (framework_rank(k[1]), k[0]))
-    for label, backend, precision, compiled in keys:
+    for label, backend, precision, compiled, variant in keys:
         part = agg[agg["infer_label"] == label].sort_values("global_batch")
-        yield label, part, series_style(backend, precision, bool(compiled))
+        yield label, part, series_style(backend, variant if by_input else precision, bool(compiled))
+
+
+def sweep_title(name: str, inputs: set[str], several_batches: bool) -> str:
+    """A title true for every series drawn: where the batches started, what the bars/lines show."""
+    if inputs == {"resident"}:
+        where = INPUT_PHRASES["resident"]
+    elif "resident" in inputs:
+        where = "input resident on the device or copied from the host each batch, as each series names"
+    elif len(inputs) == 1:
+        where = INPUT_PHRASES.get(next(iter(inputs)), "host input copied each batch") + " each batch"
+    else:
+        where = "host input copied each batch, from the memory each series names"
+    if name == "infer_latency":
+        spread = "p50, shaded up to p99" if several_batches else "p50 bars, whiskers up to p99"
+        return f"Batch latency to logits on the host, {where}: {spread}"
+    spread = "" if several_batches else " (error bars: p10-p90 of the timing windows)"
+    return f"Inference throughput, {where}{spread}"
 
 
 def _draw_sweep(report, sweep: pd.DataFrame) -> None:
-    agg = sweep.groupby(["infer_label", "backend", "precision", "compile", "model", "global_batch"]).agg(
+    agg = sweep.groupby(["infer_label", "backend", "precision", "compile", "variant", "model", "global_batch"]).agg(
         ips=("images_per_sec", "median"), step_p10=("step_time_ms_p10", "median"),
         step_p90=("step_time_ms_p90", "median"), p50=("latency_ms_p50", "median"),
         p90=("latency_ms_p90", "median"), p99=("latency_ms_p99", "median")).reset_index()
@@ -130,24 +170,20 @@ def _draw_sweep(report, sweep: pd.DataFrame) -> None:
     report.tables["infer_sweep"] = agg
     models = sorted(agg["model"].unique())
     several = agg.groupby("model")["global_batch"].nunique().max() > 1
-    for name, title in (("infer_throughput", "Inference throughput (host input copied each batch)"),
-                        ("infer_latency", "Batch latency, host to host")):
+    inputs = set(agg["variant"])
+    for name in ("infer_throughput", "infer_latency"):
         fig, axes = figure.panels(models)
         for ax, model in zip(axes, models):
             part = agg[agg["model"] == model]
             if part["global_batch"].nunique() > 1:
-                _sweep_lines(ax, part, name)
+                _sweep_lines(ax, part, name, len(inputs) > 1)
             else:
-                _sweep_bars(ax, part, name)
-        if name == "infer_latency":
-            title += ": p50, shaded up to p99" if several else ": p50 bars, whiskers up to p99"
-        else:
-            title += "" if several else " (error bars: p10-p90 of the timing windows)"
-        figure.finish(report, fig, name, title, sweep)
+                _sweep_bars(ax, part, name, len(inputs) > 1)
+        figure.finish(report, fig, name, sweep_title(name, inputs, several), sweep)
 
 
-def _sweep_lines(ax, part: pd.DataFrame, name: str) -> None:
-    for label, series, style in _sweep_series(part):
+def _sweep_lines(ax, part: pd.DataFrame, name: str, by_input: bool) -> None:
+    for label, series, style in _sweep_series(part, by_input):
         x = series["global_batch"].to_numpy(dtype=float)
         if name == "infer_throughput":
             ax.plot(x, series["ips"], label=label, **style.line_kwargs())
@@ -160,9 +196,9 @@ def _sweep_lines(ax, part: pd.DataFrame, name: str) -> None:
     ax.set_ylabel("images / s" if name == "infer_throughput" else "latency, ms")
 
 
-def _sweep_bars(ax, part: pd.DataFrame, name: str) -> None:
+def _sweep_bars(ax, part: pd.DataFrame, name: str, by_input: bool) -> None:
     bars = []
-    for label, series, style in _sweep_series(part):
+    for label, series, style in _sweep_series(part, by_input):
         row = series.iloc[0]
         if name == "infer_throughput":
             bars.append(Bar(row["backend"], label, float(row["ips"]), style, row["ips_lo"], row["ips_hi"], tick=label))
@@ -211,78 +247,3 @@ def _draw_ablation(report, table: pd.DataFrame, gaps: pd.DataFrame, frame: pd.Da
         notes.insert(0, "Not measured (empty slots):")
     figure.finish(report, fig, "ablation", "Inference ablation: each toggle alone, and all together, against the "
                   "baseline", frame, notes)
-
-
-def saturation_rate(part: pd.DataFrame) -> float | None:
-    """The lowest offered load at which under SATURATED of it was served; None if every load was."""
-    over = part[part["achieved"] < SATURATED * part["arrival_rate_rps"]]
-    return float(over["arrival_rate_rps"].min()) if not over.empty else None
-
-
-def _serve_series(agg: pd.DataFrame):
-    several_modes = agg["mode"].nunique() > 1
-    several_precisions = agg["precision"].nunique() > 1
-    keys = sorted(agg.groupby(SERVE_SERIES).groups, key=lambda k: (k[0], framework_rank(k[2]), k[1], k[3], k[4]))
-    for key in keys:
-        model, mode, backend, variant, precision = key
-        part = agg[(agg[SERVE_SERIES] == pd.Series(key, index=SERVE_SERIES)).all(axis=1)]
-        part = part.sort_values("arrival_rate_rps")
-        label = f"{backend} {variant}" + (f" {precision}" if several_precisions else "")
-        label += f" ({MODE_NAMES.get(mode, mode)})" if several_modes else ""
-        style = series_style(backend, variant)
-        kwargs = {**style.line_kwargs(), "ls": MODE_LINESTYLE.get(mode, "-.")}
-        yield model, label, part, kwargs
-
-
-def _mark_saturation(ax, part: pd.DataFrame, column: str, color: str, first: bool) -> bool:
-    rate = saturation_rate(part)
-    if rate is None:
-        return first
-    y = float(part.loc[part["arrival_rate_rps"] == rate, column].iloc[0])
-    figure.reference(ax.scatter([rate], [y], s=160, facecolors="none", edgecolors=color, linewidths=2, zorder=5,
-               label=f"saturated: first load with < {SATURATED:.0%} served" if first else "_saturated"))
-    return False
-
-
-def _load_axis(ax, agg: pd.DataFrame) -> None:
-    rates = agg["arrival_rate_rps"]
-    if rates.max() >= 10 * rates.min() > 0:
-        ax.set_xscale("log")
-    ax.set_xlabel("offered load, requests / s (Poisson)")
-
-
-def _draw_serve(report, serve: pd.DataFrame) -> None:
-    agg = serve.groupby([*SERVE_SERIES, "arrival_rate_rps"]).agg(
-        achieved=("images_per_sec", "median"), p50=("latency_ms_p50", "median"),
-        p99=("latency_ms_p99", "median"), mean_batch=("mean_batch", "median")).reset_index()
-    report.tables["serve"] = agg
-    models = sorted(agg["model"].unique())
-    fig, axes = figure.panels([f"{m} · {p}" for m in models for p in ("p50", "p99")])
-    first = True
-    for i, model in enumerate(models):
-        for ax, column in zip(axes[2 * i:2 * i + 2], ("p50", "p99")):
-            for m, label, part, kwargs in _serve_series(agg):
-                if m != model:
-                    continue
-                ax.plot(part["arrival_rate_rps"], part[column], label=label, **kwargs)
-                first = _mark_saturation(ax, part, column, kwargs["color"], first)
-            ax.set_yscale("log")
-            _load_axis(ax, agg)
-            ax.set_ylabel(f"latency from arrival, ms ({column})")
-    figure.finish(report, fig, "serve_latency", "Request latency against offered load", serve)
-
-    fig, axes = figure.panels(models)
-    first = True
-    for ax, model in zip(axes, models):
-        for m, label, part, kwargs in _serve_series(agg):
-            if m == model:
-                ax.plot(part["arrival_rate_rps"], part["achieved"], label=label, **kwargs)
-                first = _mark_saturation(ax, part, "achieved", kwargs["color"], first)
-        top = float(agg["arrival_rate_rps"].max())
-        low = float(agg["arrival_rate_rps"].min())
-        figure.reference(ax.plot([low, top], [low, top], label="all offered load served", **IDEAL_STYLE))
-        _load_axis(ax, agg)
-        if ax.get_xscale() == "log":
-            ax.set_yscale("log")
-        ax.set_ylabel("completed requests / s")
-    figure.finish(report, fig, "serve_throughput", "Achieved against offered load", serve)

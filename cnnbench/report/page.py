@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,6 @@ from typing import Any
 import pandas as pd
 
 from cnnbench.report.figure import EMULATED_NOTE
-from cnnbench.report.infer import sweep_rows
 from cnnbench.table.spread import NOISY_HEADING
 
 STYLE = """
@@ -40,21 +40,20 @@ def _esc(value: Any) -> str:
     return html.escape("" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value))
 
 
-def markdown_table(text: str) -> str:
-    """A pipe table (as summary.md and ablation.md write them) as HTML; other lines as paragraphs."""
-    out, rows = [], []
+def markdown_html(text: str) -> str:
+    """The Markdown that summary.md and ablation.md hold, as HTML: pipe tables, ``#`` headings (one level
+    under the page's own), ``- `` bullet lists, other lines as paragraphs."""
+    out: list[str] = []
+    rows: list[list[str]] = []
+    items: list[str] = []
 
     def flush() -> None:
-        if not rows:
-            return
-        head, *body = rows
-        cells = "".join(f"<th>{_esc(c)}</th>" for c in head)
-        lines = [f"<tr>{cells}</tr>"]
-        for row in body:
-            lines.append("<tr>" + "".join(
-                f'<td class="num">{_esc(c)}</td>' if _numeric(c) else f"<td>{_esc(c)}</td>" for c in row) + "</tr>")
-        out.append("<table>" + "".join(lines) + "</table>")
-        rows.clear()
+        if rows:
+            out.append(_table_html(rows))
+            rows.clear()
+        if items:
+            out.append("<ul>" + "".join(f"<li>{_esc(item)}</li>" for item in items) + "</ul>")
+            items.clear()
 
     for line in text.splitlines():
         if line.startswith("|"):
@@ -62,11 +61,29 @@ def markdown_table(text: str) -> str:
             if not all(set(c) <= set("-:") for c in cells):
                 rows.append(cells)
             continue
+        if line.startswith("- "):
+            if rows:
+                flush()
+            items.append(line[2:])
+            continue
         flush()
-        if line.strip():
-            out.append(f"<p>{_esc(line.lstrip('- '))}</p>")
+        heading = re.match(r"(#{1,4}) (.*)", line)
+        if heading:
+            level = min(len(heading.group(1)) + 2, 6)
+            out.append(f"<h{level}>{_esc(heading.group(2))}</h{level}>")
+        elif line.strip():
+            out.append(f"<p>{_esc(line)}</p>")
     flush()
     return "\n".join(out)
+
+
+def _table_html(rows: list[list[str]]) -> str:
+    head, *body = rows
+    lines = ["<tr>" + "".join(f"<th>{_esc(c)}</th>" for c in head) + "</tr>"]
+    for row in body:
+        lines.append("<tr>" + "".join(
+            f'<td class="num">{_esc(c)}</td>' if _numeric(c) else f"<td>{_esc(c)}</td>" for c in row) + "</tr>")
+    return "<table>" + "".join(lines) + "</table>"
 
 
 def _numeric(cell: str) -> bool:
@@ -92,18 +109,6 @@ def environment(frame: pd.DataFrame) -> pd.DataFrame:
     return env.sort_values(keys).reset_index(drop=True)
 
 
-def _infer_summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """Inference rows: per model, backend and precision, the sweep's best images/s and its latency."""
-    sweep = sweep_rows(frame)
-    out = []
-    for (model, backend, precision), part in sweep.groupby(["model", "backend", "precision"]):
-        best = part.loc[part["images_per_sec"].astype(float).idxmax()]
-        out.append({"model": model, "backend": backend, "precision": precision,
-                    "best images/s": f"{best['images_per_sec']:,.0f}", "at batch": best["global_batch"],
-                    "p50 / p99 ms": f"{best['latency_ms_p50']:.1f} / {best['latency_ms_p99']:.1f}"})
-    return pd.DataFrame(out)
-
-
 def _chart(path: Path, name: str, notes: Sequence[str]) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     caption = "".join(f"\n{note}" for note in notes)  # white-space: pre-line keeps one note a line
@@ -126,17 +131,14 @@ def render(report: Any, frame: pd.DataFrame, sources: Sequence[Path]) -> str:
     noisy = ""
     if "summary" in report.files and summary.is_file():
         # the noisy-measurement list can be long: a count up here, the list itself after the charts
-        table, _, noisy = summary.read_text().partition(NOISY_HEADING)
-        parts.append(markdown_table(table))
+        table, _, noisy = summary.read_text().partition(NOISY_HEADING.strip())
+        parts.append(markdown_html(table))
         if noisy:
             parts.append(f'<p class="warning">{noisy.count(chr(10) + "- ")} measurements spread too much to be '
                          'trusted: they are listed under Noisy measurements, after the charts.</p>')
-    infer = _infer_summary(frame)
-    if not infer.empty:
-        parts.append(frame_table(infer))
     ablation = report.out_dir / "ablation.md"
     if "ablation_table" in report.files and ablation.is_file():
-        parts += ["<h3>Ablation</h3>", markdown_table(ablation.read_text())]
+        parts += ["<h3>Ablation</h3>", markdown_html(ablation.read_text())]
     parts.append("<h2>Charts</h2>")
     for name, paths in report.files.items():
         svg = [p for p in paths if p.suffix == ".svg"]
@@ -146,9 +148,7 @@ def render(report: Any, frame: pd.DataFrame, sources: Sequence[Path]) -> str:
         items = "".join(f"<li><b>{_esc(k)}</b>: {_esc(v)}</li>" for k, v in report.not_drawn.items())
         parts.append(f"<p>Not drawn:</p><ul>{items}</ul>")
     if noisy:
-        items = "".join(f"<li>{_esc(line[2:])}</li>" for line in noisy.splitlines() if line.startswith("- "))
-        intro = next((line for line in noisy.splitlines() if line.strip() and not line.startswith("- ")), "")
-        parts += ['<h2 id="noisy">Noisy measurements</h2>', f"<p>{_esc(intro)}</p><ul>{items}</ul>"]
+        parts += ['<h2 id="noisy">Noisy measurements</h2>', markdown_html(noisy)]
     parts += ["<h2>Environment</h2>", frame_table(environment(frame))]
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -16,7 +16,7 @@ import pandas as pd
 
 from cnnbench.report import figure
 from cnnbench.report.bars import Bar, draw_bars
-from cnnbench.report.style import DEVICE_LINESTYLES, IDEAL_STYLE, series_rank, series_style
+from cnnbench.report.style import IDEAL_STYLE, REPEAT_ALPHAS, series_rank, series_style
 
 PANEL_KEYS = ["model", "precision", "scaling"]
 
@@ -119,15 +119,17 @@ def _bars(ax, panel: pd.DataFrame, metric: Metric) -> None:
 
 def _lines(ax, panel: pd.DataFrame, metric: Metric) -> bool:
     """Lines against devices; returns whether an ideal-linear reference was drawn."""
-    drew_ideal = False
+    drew_ideal = faded = False
     same_label: dict[str, int] = {}
     for name, part in series_of(panel):
         style = _style(part)
         kwargs = style.line_kwargs()
-        # series of one configuration at other batch sizes (or specs): same colour, another line style
+        # series of one configuration at other batch sizes (or specs): same colour and line, fainter;
+        # never another line style, since dashed says "compiled"
         k = same_label[part["label"].iloc[0]] = same_label.get(part["label"].iloc[0], -1) + 1
         if k:
-            kwargs["ls"] = DEVICE_LINESTYLES[k % len(DEVICE_LINESTYLES)]
+            kwargs["alpha"] = REPEAT_ALPHAS[min(k, len(REPEAT_ALPHAS) - 1)]
+            faded = True
         x, y = part["devices"].to_numpy(dtype=float), part[metric.column].to_numpy(dtype=float)
         if metric.lo:
             err = [y - part[metric.lo].to_numpy(dtype=float), part[metric.hi].to_numpy(dtype=float) - y]
@@ -142,6 +144,9 @@ def _lines(ax, panel: pd.DataFrame, metric: Metric) -> bool:
             drew_ideal = True
     if drew_ideal:
         figure.reference(ax.plot([], [], label="dotted: ideal linear (1-device value x N)", **IDEAL_STYLE))
+    if faded:
+        figure.reference(ax.plot([], [], color="#333333", alpha=REPEAT_ALPHAS[1], marker="o", ms=5,
+                                 label=f"fainter: {_repeat_name(panel)} of the same configuration"))
     ends = panel[[c for c in (metric.column, metric.lo, metric.hi) if c]].to_numpy(dtype=float)
     ends = ends[np.isfinite(ends) & (ends > 0)]
     if drew_ideal or (ends.size and ends.max() > 10 * ends.min()):
@@ -149,6 +154,12 @@ def _lines(ax, panel: pd.DataFrame, metric: Metric) -> bool:
         ax.set_yscale("log")
     figure.log2_axis(ax, panel["devices"], "devices")
     return drew_ideal
+
+
+def _repeat_name(panel: pd.DataFrame) -> str:
+    """What a fainter line of one configuration differs in: its batch size or its spec."""
+    names = [n for n, p in series_of(panel) if " [" in n]
+    return "another spec" if names else "another batch size"
 
 
 def _bar_axis_label(panel: pd.DataFrame) -> str:

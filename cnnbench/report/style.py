@@ -3,7 +3,9 @@
 PyTorch is red, JAX blue, TensorFlow amber, Keras purple (anything else grey). Inside a family the
 strategy (or, for inference, the precision or serving variant) picks the shade and the marker, so
 ``jax/sharded`` is the same dark blue circle in the throughput, step-time and memory charts of every
-results set. Compiled variants are drawn hatched (bars) or dashed (lines) in their strategy's shade.
+results set. Compiled variants are drawn hatched (bars) or dashed (lines) in their strategy's shade,
+and nothing else is dashed: other distinctions (a second batch size or spec, the HTTP front-end, the
+request's encoding) fade the line, change its marker or use dash-dots, each with its legend entry.
 """
 
 from __future__ import annotations
@@ -29,11 +31,16 @@ SHADE_ORDER: dict[str, tuple[str, ...]] = {
     "tensorflow": ("mirrored", "fit", "infer"),
     "keras": ("keras-jax", "keras-torch", "keras-tensorflow"),
 }
-# inference series are told apart by precision, serving series by batching variant
+# inference series are told apart by precision (or, in a sweep of several, by where their input
+# starts), serving series by batching variant
 SUB_ORDER = ("bf16", "fp32", "fp16", "dynamic", "batch1", "none")
+INPUT_ORDER = ("uint8_pinned", "resident", "float32_pageable", "float32_pinned")
 
-# one per device count where the x-axis is not devices, or per batch size of one configuration
-DEVICE_LINESTYLES = ("-", "--", "-.", ":")
+# one per device count where the x-axis is not devices (the accuracy curves); never a line style,
+# which says "compiled"
+DEVICE_MARKERS = (".", "x", "+", "1")
+# the same configuration at another batch size or from another spec: the line fades (k = 1, 2, ...)
+REPEAT_ALPHAS = (1.0, 0.55, 0.35, 0.2)
 IDEAL_STYLE = {"color": "#777777", "ls": ":", "lw": 1.2}
 
 
@@ -59,6 +66,13 @@ class SeriesStyle:
         return {"color": self.color, "hatch": self.hatch, "edgecolor": "white" if self.compiled else self.color}
 
 
+def _order(backend: str, shade_key: str) -> tuple[str, ...]:
+    for order in (SUB_ORDER, INPUT_ORDER):
+        if shade_key in order:
+            return order
+    return SHADE_ORDER.get(backend, ())
+
+
 def _index(name: str, order: tuple[str, ...]) -> int:
     if name in order:
         return order.index(name)
@@ -68,7 +82,7 @@ def _index(name: str, order: tuple[str, ...]) -> int:
 def series_style(backend: str, shade_key: str = "", compiled: bool = False) -> SeriesStyle:
     """Colour from the framework, shade and marker from ``shade_key`` (strategy, precision, variant)."""
     family = FAMILIES.get(backend, OTHER)
-    order = SUB_ORDER if shade_key in SUB_ORDER else SHADE_ORDER.get(backend, ())
+    order = _order(backend, shade_key)
     i = _index(shade_key, order) if shade_key else 0
     return SeriesStyle(color=family[i % len(family)], marker=MARKERS[i % len(MARKERS)], compiled=bool(compiled))
 
@@ -81,7 +95,7 @@ def framework_rank(backend: str) -> int:
 
 def series_rank(backend: str, shade_key: str = "", compiled: bool = False) -> tuple[int, int, bool]:
     """Sort key of a series: framework, then its strategies in SHADE_ORDER, eager before compiled."""
-    order = SUB_ORDER if shade_key in SUB_ORDER else SHADE_ORDER.get(backend, ())
+    order = _order(backend, shade_key)
     return framework_rank(backend), _index(shade_key, order) if shade_key else 0, bool(compiled)
 
 
@@ -116,6 +130,9 @@ def apply_defaults() -> None:
         "svg.fonttype": "path",  # glyphs as paths: the SVG needs no font, the HTML page no asset
     })
 
-# serving modes in one chart: in-process batcher solid, through the HTTP front-end dashed
-MODE_LINESTYLE = {"serve": "-", "serve-http": "--"}
+# serving modes in one chart: in-process batcher solid, through the HTTP front-end dash-dotted (dashed
+# is kept for "compiled")
+MODE_LINESTYLE = {"serve": "-", "serve-http": "-."}
+# what an HTTP request carried: raw tensors keep the series' marker, encoded images get their own
+INPUT_MARKERS = {"jpeg": "X", "png": "*"}
 MODE_NAMES = {"serve": "in-process", "serve-http": "HTTP"}

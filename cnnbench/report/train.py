@@ -39,9 +39,25 @@ def load(paths: list[Path], model: str | None = None, dataset: str | None = None
         wanted = ", ".join(f"{k}={v}" for k, v in (("model", model), ("dataset", dataset),
                                                    ("device_type", device_type)) if v) or "status=ok"
         raise ResultsFileError(f"{', '.join(map(str, paths))}: no rows match ({wanted})")
-    frame = frame.copy()
+    frame = fill_missing_keys(frame)
     frame["device_family"] = frame["device_type"].replace({"cpu-emulated": "cpu"})
     frame["label"] = frame["backend"] + "/" + frame["strategy"] + np.where(frame["compile"], " +compile", "")
+    return frame
+
+
+# Rows that measure no model (the HTTP stack alone: `benchmarks/serve_pipeline.py`) or come from older
+# files leave some key columns empty; every chart groups and labels by them, and pandas drops a group
+# whose key is missing (or refuses `NA` as a truth value), so empty keys get a name that says so.
+MISSING_KEY_NAMES = {"model": "no model", "strategy": "-", "precision": "-", "spec_name": "-", "scaling": "-",
+                     "dataset": "-", "device_type": "unknown", "variant": "-"}
+
+
+def fill_missing_keys(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with empty ``compile`` read as off and empty key columns named (see MISSING_KEY_NAMES)."""
+    frame = frame.copy()
+    frame["compile"] = frame["compile"].fillna(False).astype(bool)
+    for column, name in MISSING_KEY_NAMES.items():
+        frame[column] = frame[column].fillna(name)
     return frame
 
 
@@ -116,10 +132,12 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
     out_dir.mkdir(parents=True, exist_ok=True)
     report = Report(out_dir)
     inference = everything[everything["mode"].isin(INFER_MODES)]
+    summary = ""
     if not inference.empty:
         from cnnbench.report import infer as report_infer
 
         report_infer.draw(inference, report, not_ok_rows(paths, model, dataset, device_type))
+        summary = report_infer.summary_markdown(inference)
     noisy = noisy_markdown(noisy_rows(everything, spread_limit), spread_limit)
     energy.draw(report, everything)
     noisy = energy.summary_markdown(everything) + noisy  # both follow the summary table
@@ -133,11 +151,11 @@ def build_report(paths: list[Path], out_dir: Path, model: str | None = None, dat
             scaling.draw_metric(report, agg, frame, metric)
         scaling.draw_efficiency(report, eff, agg, frame)
         _accuracy_chart(report, paths, frame)
-        summary = summary_table(agg, eff)
-        report.tables["summary"] = summary
-        _write_summary(report, summary + noisy)
-    elif noisy:
-        _write_summary(report, noisy.lstrip())
+        training = summary_table(agg, eff)
+        report.tables["summary"] = training
+        summary = training + ("\n" + summary if summary else "")
+    if summary or noisy:
+        _write_summary(report, (summary + noisy).lstrip())
     _remove_stale_charts(report)
     page.write_index(report, everything, paths)
     return report
@@ -171,7 +189,7 @@ def _remove_stale_charts(report: Report) -> None:
 def _accuracy_chart(report: Report, paths: list[Path], frame: pd.DataFrame) -> None:
     """Test accuracy against training wall time, one panel per model (and scaling mode), from the history files."""
     from cnnbench.report import figure
-    from cnnbench.report.style import DEVICE_LINESTYLES, series_rank, series_style
+    from cnnbench.report.style import DEVICE_MARKERS, series_rank, series_style
 
     curves = {}
     for path in paths:
@@ -198,10 +216,10 @@ def _accuracy_chart(report: Report, paths: list[Path], frame: pd.DataFrame) -> N
         for key, (curve, row, devices) in order:
             if key[:2] != panel:
                 continue
-            # colour: framework and strategy; line style: the device count
+            # colour: framework and strategy; line style: compiled or not; marker: the device count
             style = series_style(row["backend"], row["strategy"], bool(row["compile"]))
-            ax.plot(curve["wall_s"], curve["acc"], label=key[2],
-                    **{**style.line_kwargs(), "marker": ".", "ls": DEVICE_LINESTYLES[counts.index(devices) % 4]})
+            marker = DEVICE_MARKERS[counts.index(devices) % len(DEVICE_MARKERS)]
+            ax.plot(curve["wall_s"], curve["acc"], label=key[2], **{**style.line_kwargs(), "marker": marker})
         ax.set_xlabel("training wall time, s")
         ax.set_ylabel("test accuracy")
     figure.finish(report, fig, "accuracy_time", "Test accuracy vs training time (median over trials)", frame)

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from cnnbench import envinfo
+from cnnbench.errors import error_line
 from cnnbench.expand import not_supported
 from cnnbench.infer.rows import infer_rows, skipped_variant_row
 from cnnbench.registry import REGISTRY
 from cnnbench.run.launch import launch
-from cnnbench.run.rows import outcome_row, skipped_row
+from cnnbench.run.rows import FIRST_SKIPPED, outcome_row, skipped_row
 from cnnbench.runs import InferRun, Outcome, Run, Variant
 from cnnbench.table import store
 from cnnbench.table.schema import CONFIG_KEY
@@ -28,12 +29,19 @@ def _summary(row: dict[str, Any], limit: float = DEFAULT_SPREAD_LIMIT) -> str:
     if row["status"] == "ok" and row.get("images_per_sec") is None:
         return "ok (host 0 writes the row)"
     if row["status"] != "ok":
-        return f"{row['status']}: {row['error']}"
+        text = f"{row['status']}: {error_line(row['error'] or 'no error recorded')}"
+        return "; ".join(filter(None, [text, skipped_note(row)]))
     text = f"ok {row['images_per_sec']:.0f} img/s, first step {row['first_step_s']:.1f} s"
     if row.get("test_accuracy") is not None:
         text += f", accuracy {row['test_accuracy']:.3f}"
-    note = noisy_note(row.get("step_time_spread"), limit)
-    return f"{text}; {note}" if note else text
+    notes = [noisy_note(row.get("step_time_spread"), limit), skipped_note(row)]
+    return "; ".join([text, *filter(None, notes)])
+
+
+def skipped_note(row: dict[str, Any]) -> str | None:
+    """'skipped 2 corrupt input(s), the first: <file>: <why>' for a row whose loaders skipped inputs."""
+    first = row.get(FIRST_SKIPPED)
+    return f"skipped {row['skipped_inputs']} corrupt input(s), the first: {first}" if first else None
 
 
 def _missing(run: Run) -> str | None:
@@ -44,11 +52,17 @@ def _missing(run: Run) -> str | None:
 
 
 def _launch(run: Run, verbose: bool) -> Outcome:
-    """Launch the run's process tree; without -v, show the end of a failed run's log."""
+    """Launch the run's process tree; without -v, show the end of the log of a run that crashed (a
+    worker that raised names its error in the row and the summary line; -v shows its traceback)."""
     outcome = launch(run, verbose=verbose)
-    if outcome.status != "ok" and not verbose:
+    if outcome.status != "ok" and not verbose and not outcome.worker_reported:
         for line in outcome.log_tail[-15:]:
             _say(f"    | {line}")
+    if outcome.skipped_inputs:  # said with or without -v: [data] corrupt = "skip" must not be silent
+        files = ", ".join(source for source, _ in outcome.skipped_inputs[:3])
+        more = f" and {len(outcome.skipped_inputs) - 3} more" if len(outcome.skipped_inputs) > 3 else ""
+        _say(f"warning: skipped {len(outcome.skipped_inputs)} corrupt input(s) ([data] corrupt = \"skip\"): "
+             f"{files}{more}")
     return outcome
 
 

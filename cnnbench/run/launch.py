@@ -25,6 +25,7 @@ from pathlib import Path
 
 from cnnbench.backend import Layout
 from cnnbench.backend import load as load_backend
+from cnnbench.data.loader import SKIP_LOG_ENV, read_skip_log
 from cnnbench.runs import Outcome, Run
 
 # Workers start here, so that `python -m cnnbench.run.worker` finds the package also where it is not
@@ -224,6 +225,7 @@ def launch(run: Run, *, verbose: bool = False, probe: tuple[Path, Path] | None =
         env.setdefault("NCCL_NVLS_ENABLE", "0")
         env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
         env.setdefault("NVSHMEM_DISABLE_NVLS", "1")
+        env[SKIP_LOG_ENV] = str(workdir / "skipped_inputs.log")
         cmd = worker_command(run, layout, run_json, result_json, extra)
         tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
         start = time.perf_counter()
@@ -247,16 +249,18 @@ def launch(run: Run, *, verbose: bool = False, probe: tuple[Path, Path] | None =
                 _kill_tree(proc, workdir)  # a rank may have left children behind, or torchrun its ranks
         reader.join(timeout=5)
         wall = time.perf_counter() - start
+        skipped = read_skip_log(workdir / "skipped_inputs.log")
         if timed_out:
             error = f"timed out after {run.timeout_s:g} s (timeout_s); process tree killed"
             if stacks:  # where it hung: printed whole, the row keeps the one-line error
                 sys.stderr.write(stacks + "\n")
                 error += "; the workers' stacks are printed above"
-            return Outcome("failed", error=error, wall_s=wall, log_tail=list(tail))
+            return Outcome("failed", error=error, wall_s=wall, log_tail=list(tail), skipped_inputs=skipped)
         # Only global rank 0 (on host 0) writes a result; other hosts succeed by exiting cleanly.
         if proc.returncode == 0 and (probe or result_json.exists() or run.host_rank != 0):
             result = json.loads(result_json.read_text()) if result_json.exists() else {}
-            return Outcome("ok", result=result, wall_s=wall, log_tail=list(tail))
-        error = (_first_rank_error(workdir) or telling_error_line(tail)
-                 or f"worker failed: {_exit_reason(proc.returncode)}")
-        return Outcome("failed", error=error, wall_s=wall, log_tail=list(tail))
+            return Outcome("ok", result=result, wall_s=wall, log_tail=list(tail), skipped_inputs=skipped)
+        reported = _first_rank_error(workdir)
+        error = reported or telling_error_line(tail) or f"worker failed: {_exit_reason(proc.returncode)}"
+        return Outcome("failed", error=error, wall_s=wall, log_tail=list(tail), worker_reported=bool(reported),
+                       skipped_inputs=skipped)

@@ -64,6 +64,25 @@ def validate(path: Path, command: str | None = None, device_kind: str | None = N
     return [PLANNERS[name].plan(spec, device_kind) for name in ([command] if command else commands_for(path))]
 
 
+def bad_image_files(spec: Spec) -> str | None:
+    """An image folder's files that would not decode (truncated, empty, not images), all listed at once
+    (a run stops at the first, or skips each as it meets it): with ``[data] corrupt = "fail"`` a
+    DataError, with "skip" the warning to print; None when every file is whole or the data are no folder."""
+    from cnnbench.data import catalog, files
+    from cnnbench.errors import DataError
+
+    if spec.dataset != "image_folder" or not spec.data_path:
+        return None
+    index = catalog.scan(spec.dataset, spec.data_path)
+    problems = files.incomplete_images(index)
+    if not problems:
+        return None
+    text = f"{spec.data_path}: {files.bad_files_text(problems, len(index))}"
+    if spec.data.corrupt != "skip":
+        raise DataError(f"{text} ([data] corrupt = \"fail\": a run stops at the first; \"skip\" skips them)")
+    return f"warning: {text} ([data] corrupt = \"skip\": runs skip them, counted in skipped_inputs)"
+
+
 def gap_note(run) -> str:
     """A run its framework cannot do is planned as a skipped row: the plan says so."""
     from cnnbench.expand import not_supported
@@ -82,7 +101,7 @@ def training_plan(spec: Spec, device_kind: str | None) -> Plan:
     return Plan("run", f"{len(runs)} run(s) (devices present are not checked)", lines)
 
 
-@planner("infer", keys=("infer", "serve"))
+@planner("infer", keys=("infer",))
 def infer_plan(spec: Spec, device_kind: str | None) -> Plan:
     """`cnnbench infer`: one worker per backend and precision, each with its jobs; skipped variants."""
     from cnnbench.infer.plan import expand_infer
@@ -93,3 +112,27 @@ def infer_plan(spec: Spec, device_kind: str | None) -> Plan:
     lines += [f"skipped row: {run.backend} {variant.name} ({reason})" for run, variant, reason in skipped]
     jobs = sum(len(run.jobs) for run in runs)
     return Plan("infer", f"{len(runs)} worker run(s), {jobs} job(s), {len(skipped)} skipped row(s)", lines)
+
+
+@planner("serve", keys=("serve",))
+def serve_plan(spec: Spec, device_kind: str | None) -> Plan:
+    """`cnnbench serve`: per backend (one per server process), the model it loads, the batch shapes it
+    warms up before it says ready, and where it listens."""
+    from cnnbench.infer.batcher import batch_shapes
+    from cnnbench.infer.plan import serve_run
+    from cnnbench.serve.command import config_from_spec
+
+    config = config_from_spec(spec.serve, {})
+    # the batch sizes the server runs, each warmed up before /healthz says ready (none: one image at a time)
+    shapes = ", ".join(map(str, batch_shapes(config.max_batch, config.pad_multiple)
+                           if config.batching != "none" else [1]))
+    lines = []
+    for backend in spec.backends:
+        run, variant = serve_run(spec, backend, device_kind)
+        height, width = run.image_size
+        lines.append(f"serve --backend {backend}: {run.model} {run.precision} {height}x{width} on {run.device_kind}, "
+                     f"batching {config.batching} (max_batch {config.max_batch}, deadline {config.deadline_ms:g} ms), "
+                     f"warms up batch shapes {shapes}; {config.frontends or 'no'} front-end process(es); "
+                     f"listens on http://{config.host}:{config.port}")
+    several = " (one per process: pass --backend)" if len(spec.backends) > 1 else ""
+    return Plan("serve", f"{len(lines)} server(s){several}", lines)

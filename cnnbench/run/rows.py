@@ -6,7 +6,7 @@ from typing import Any
 
 from cnnbench import envinfo
 from cnnbench.model import flops
-from cnnbench.rows import NVML_COLUMNS, config_row
+from cnnbench.rows import NVML_COLUMNS, config_row, with_skips
 from cnnbench.runs import Outcome, Run
 from cnnbench.table.schema import STATUS_SKIPPED
 from cnnbench.table.spread import step_time_spread
@@ -40,7 +40,7 @@ def base_row(run: Run) -> dict[str, Any]:
 
 
 def outcome_row(run: Run, outcome: Outcome, peak_tflops: float | None = None) -> dict[str, Any]:
-    row = base_row(run)
+    row = with_skips(base_row(run), run, outcome)
     row["status"], row["error"] = outcome.status, outcome.error or None
     result = outcome.result
     if outcome.status != "ok":

@@ -30,6 +30,7 @@ from cnnbench.backend import BuildContext
 from cnnbench.backend import load as load_backend
 from cnnbench.data import arrays as data_sources
 from cnnbench.data.loader import InputPlan, plan_for, reads_uint8
+from cnnbench.errors import error_line
 from cnnbench.run.launch import PID_SUFFIX, STACKS_SUFFIX
 from cnnbench.run.protocol import train
 from cnnbench.run.schedule import lr_table_for
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             _train(run, ctx, args.result_json, index == 0)
     except BaseException as exc:  # noqa: BLE001 - report every failure, then fail
-        message = f"{type(exc).__name__}: {exc}".strip()
+        message = error_line(exc)  # the traceback (TensorFlow's frames too) stays in the log
         err = args.result_json.with_name(f"{args.result_json.name}.rank{index}.err")
         _write_json_atomic(err, {"rank": index, "time": time.time(), "error": message,
                                  "traceback": traceback.format_exc()})

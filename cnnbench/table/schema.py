@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 3  # 2: inference/serving and model-parallel columns; 3: see ADDED_IN_V3
+SCHEMA_VERSION = 4  # 2: inference/serving and model-parallel columns; 3: see ADDED_IN_V3; 4: ADDED_IN_V4
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,9 @@ COLUMNS: tuple[Column, ...] = (
                                         "(host 0's, times the hosts); empty on CPUs, GPUs without the counter, "
                                         "or windows under 2 s in all (the counter moves in ~0.1 s steps)."),
     Column("mean_power_w", float, "Mean power per GPU over the timed windows from the same energy counter, W."),
+    Column("skipped_inputs", int, "[data] corrupt = \"skip\": distinct input files the run's loaders could not "
+                                  "decode and replaced by the next good one (all processes and loader workers); "
+                                  "empty when corrupt = \"fail\"."),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
@@ -161,12 +164,15 @@ ADDED_IN_V3: tuple[str, ...] = (
     "request_input", "requests_offered", "errors_by_status", "client_lag_ms_p99", "max_queue", "decode_workers",
 )
 
-# Columns added after version 3 (energy); SCHEMA_VERSION becomes 4 with them when merged. Until then
-# a version-3 file without them is read (and upgraded) as one of an older version.
-ADDED_IN_V4: tuple[str, ...] = ("energy_j_per_image", "mean_power_w")
+# Columns that schema version 4 added (energy per image, inputs a run skipped); older files get them empty.
+ADDED_IN_V4: tuple[str, ...] = ("energy_j_per_image", "mean_power_w", "skipped_inputs")
 
 # Every version's additions, oldest first: what `cnnbench upgrade` adds to a file of that version.
 ADDED_IN: dict[int, tuple[str, ...]] = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4}
+
+# Columns added since SCHEMA_VERSION was last bumped (the next bump makes them its ADDED_IN entry):
+# a file of the current version written before them is read, and upgraded, with them empty.
+ADDED_SINCE_LAST_VERSION: tuple[str, ...] = ()
 
 
 def _square_image_size(row: dict[str, Any]) -> dict[str, Any]:
@@ -183,8 +189,10 @@ CONVERTERS: dict[int, Any] = {3: _square_image_size}
 
 
 def columns_of_version(version: int) -> tuple[str, ...]:
-    """The header a file written by schema version ``version`` has (columns keep their order)."""
+    """The header a file written by schema version ``version`` has (columns keep their order); for the
+    current version, without the columns added since (the current header is COLUMN_NAMES)."""
     later = {name for v, names in ADDED_IN.items() if v > version for name in names}
+    later.update(ADDED_SINCE_LAST_VERSION)
     return tuple(name for name in COLUMN_NAMES if name not in later)
 
 

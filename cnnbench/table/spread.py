@@ -33,7 +33,7 @@ def noisy_note(spread: float | None, limit: float = DEFAULT_SPREAD_LIMIT) -> str
 
 
 TRIAL_KEY = ("spec_hash", "mode", "variant", "backend", "strategy", "scaling", "devices", "global_batch",
-             "precision", "compile", "device_type", "hosts", "arrival_rate_rps")
+             "precision", "compile", "device_type", "hosts", "arrival_rate_rps", "request_input")
 
 
 def noisy_rows(frame: pd.DataFrame, limit: float = DEFAULT_SPREAD_LIMIT) -> list[str]:
@@ -63,8 +63,12 @@ def noisy_rows(frame: pd.DataFrame, limit: float = DEFAULT_SPREAD_LIMIT) -> list
 def _label(row) -> str:
     what = f"{row.backend}/{row.strategy} {row.model} x{row.devices} b{row.global_batch} {row.precision}"
     mode = getattr(row, "mode", None)
-    if mode in ("infer", "serve"):
+    if mode in ("infer", "serve", "serve-http"):
         what += f" {mode} {row.variant}"
+    if mode in ("serve", "serve-http"):
+        request_input = getattr(row, "request_input", None)
+        what += f" {request_input}" if isinstance(request_input, str) else ""
+        what += f" at {row.arrival_rate_rps:g} req/s"
     return f"{row.spec_name}: {what}"
 
 

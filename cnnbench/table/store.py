@@ -244,8 +244,8 @@ def read_results(paths: Sequence[Path | str], required: Sequence[str] = COLUMN_N
 
 
 def _older_version(header: list[str]) -> int | None:
-    """The schema version whose header this is, when it is not the current header, else None (the
-    current version too: columns added since the last bump make its files "older")."""
+    """The schema version whose header this is when it is not the current header, else None (a file of
+    the current version written before ADDED_SINCE_LAST_VERSION counts as older too)."""
     found = [v for v in range(1, SCHEMA_VERSION + 1) if list(columns_of_version(v)) == header]
     return found[-1] if found and header != list(COLUMN_NAMES) else None
 
