@@ -175,13 +175,20 @@ SECTIONS["health-known"] = Section(
     (*CORE, TORCH, JAX, "cnnbench/report/health.py", "cnnbench/report/traces.py", "benchmarks/gpu_health.sh",
      "benchmarks/health_known.py", "benchmarks/health_pitfalls.py", "backends/profilers.py"),
     (Output("h200_health/health_rows.csv"), Output("h200_health/known.jsonl")))
+SERVE_DEPS = (*CORE, *INFER, TORCH, JAX, "cnnbench/serve", "benchmarks/gpu_serve.sh", "benchmarks/serve_clients.py",
+              "benchmarks/serve_pipeline.py")
 SECTIONS["serving-frontends"] = Section(
-    "serving-frontends", 9, "cnnbench serve with 0 and 4 front ends, raw and JPEG, cnnbench load beside wrk, "
-    "1/2/4/8 front ends for JPEG, the 1080p frames case, LitServe (gpu_serve.sh)",
-    script("benchmarks/gpu_serve.sh", "h200_serve_frontends", 540),
-    (*CORE, *INFER, TORCH, JAX, "cnnbench/serve", "benchmarks/gpu_serve.sh", "benchmarks/serve_clients.py",
-     "benchmarks/litserve_peer.py", "benchmarks/serve_pipeline.py"),
-    (Output("h200_serve_frontends/serve_http.csv"), Output("h200_serve_frontends/frontends_http.csv")),
+    "serving-frontends", 6, "cnnbench serve with 0 and 4 front ends, raw at saturation by cnnbench load and by wrk, "
+    "JPEG with 1/2/4/8 front ends, PyTorch CUDA graphs and JAX (gpu_serve.sh PARTS=frontends)",
+    script("benchmarks/gpu_serve.sh", "h200_serve_frontends", 520, PARTS="frontends"),
+    SERVE_DEPS, (Output("h200_serve_frontends/frontends_http.csv"),),
+    needs=("starlette", "uvicorn", "httptools"))
+SECTIONS["serving-peers"] = Section(
+    "serving-peers", 5, "the seed's 1080p JPEG frames through 4 front ends, and LitServe serving the same engine "
+    "(gpu_serve.sh PARTS=peers)",
+    script("benchmarks/gpu_serve.sh", "h200_serve_peers", 480, PARTS="peers"),
+    (*SERVE_DEPS, "benchmarks/litserve_peer.py", "experiments/frames_1080p_infer.toml"),
+    (Output("h200_serve_peers/frontends_http.csv"), Output("h200_serve_peers/litserve_http.csv")),
     needs=("starlette", "uvicorn", "httptools", "litserve"))
 SECTIONS["gpu-tests"] = Section("gpu-tests", 6, "the gpu-marked tests (pass counts kept)", gpu_tests,
                                 ("cnnbench", "backends", "tests"), (Output("h200_gpu_tests.jsonl"),))

@@ -13,8 +13,9 @@ from cnnbench.errors import error_line
 from cnnbench.expand import not_supported
 from cnnbench.infer.rows import infer_rows, skipped_variant_row
 from cnnbench.registry import REGISTRY
+from cnnbench.rows import FIRST_SKIPPED
 from cnnbench.run.launch import launch
-from cnnbench.run.rows import FIRST_SKIPPED, outcome_row, skipped_row
+from cnnbench.run.rows import outcome_row, skipped_row
 from cnnbench.runs import InferRun, Outcome, Run, Variant
 from cnnbench.table import store
 from cnnbench.table.schema import CONFIG_KEY
