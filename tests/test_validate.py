@@ -113,8 +113,8 @@ def test_a_spec_with_only_serve_is_planned_for_serve(tmp_path):
     assert ("serve --backend torch: smallcnn fp32 28x28 on cpu, batching dynamic (max_batch 16, deadline 5 ms), "
             "warms up batch shapes 8, 16; 2 front-end process(es); listens on http://127.0.0.1:8123") in output
     assert _plans(_validate(spec, "--for", "serve")) == {"serve": 2}
-    unbatched = write_spec(tmp_path, SERVE_ONLY.replace("max_batch = 16", 'batching = "none"').replace("frontends = 2", "frontends = 0"),
-                           "none.toml")
+    plain = SERVE_ONLY.replace("max_batch = 16", 'batching = "none"').replace("frontends = 2", "frontends = 0")
+    unbatched = write_spec(tmp_path, plain, "none.toml")
     assert "warms up batch shapes 1;" in _validate(unbatched, "--for", "serve")
     done = run_cli("validate", spec, "--for", "infer")
     assert done.returncode == 0 and "0 worker run(s)" in done.stdout  # infer has nothing to measure there
