@@ -142,7 +142,7 @@ FLOORS: dict[str, int] = {
     "infer": 5, "report": 5,
     "run": 6, "serve": 6,
     "parity": 7, "cluster": 7,
-    "cli_help": 8, "cli_options": 8, "cli_serve": 8, "cli": 8,
+    "cli_help": 8, "cli_options": 8, "cli_serve": 8, "cli_tools": 8, "cli": 8,
 }
 
 
