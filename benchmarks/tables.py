@@ -33,6 +33,7 @@ TABLES: dict[str, Callable[[Results], list[str]]] = {
     "ablation": inference.ablation,
     "dynamic-batching": inference.dynamic_batching,
     "serving": serving.serving,
+    "serving-frontends": serving.frontends,
     "model-parallel": training.model_parallel,
     "microbatches": training.microbatches,
     "real-input": data.real_input,

@@ -78,3 +78,66 @@ def serving(results: Results) -> list[str]:
     shown = {"h200_serve_pipeline.jsonl": list(pipeline.values()), "h200_serve_http.csv": list(http.values()),
              "h200_stack_http.csv": list(stack.values())}
     return table(["", "torch", "torch, CUDA graphs", "jax"], lines, "lrrr") + ["", provenance(shown)]
+
+
+FRONTENDS_DIR = "h200_serve_frontends"
+FRONTENDS_ABSENT = missing("serving-frontends")
+
+
+def _option(options: str | None, name: str) -> str | None:
+    """One ``name=value`` of a row's backend_options."""
+    for part in (options or "").split(";"):
+        key, _, value = part.partition("=")
+        if key == name:
+            return value
+    return None
+
+
+def frontends(results: Results) -> list[str]:
+    """`cnnbench serve` with front-end processes (gpu_serve.sh PARTS=frontends): the same server with one
+    process and with four front ends, at 100 req/s and at saturation by both clients, and JPEG requests as
+    front ends are added."""
+    pipeline = newest(results.jsonl(f"{FRONTENDS_DIR}/pipeline.jsonl"),
+                      lambda r: _config(r["backend"], "cuda_graphs=True" if r.get("cuda_graphs") else ""))
+    rows = [r for r in results.csv(f"{FRONTENDS_DIR}/frontends_http.csv") if ok(r)]
+    found = newest(rows, lambda r: (_config(r["backend"], r["backend_options"]),
+                                    _option(r["backend_options"], "frontends"),
+                                    _option(r["backend_options"], "client") or "cnnbench load", r["request_input"],
+                                    r["arrival_rate_rps"] or 0))
+    configs = ("torch-graphs", "jax")
+
+    def cell(config: str, fe: int, client: str, kind: str, offered: float, text) -> str:
+        row = found.get((config, str(fe), client, kind, offered))
+        return text(row) if row else FRONTENDS_ABSENT
+
+    def share(config: str, row: Row) -> str:
+        engine = pipeline.get(config, {}).get("engine_img_s")
+        return f"{number(row['images_per_sec'])}" + (f" ({row['images_per_sec'] / engine:.2f} of the engine)"
+                                                     if engine else "")
+
+    def load_rate(config: str, fe: int) -> str:
+        offered = sorted({k[4] for k in found if k[:4] == (config, str(fe), "cnnbench load", "raw") and k[4] > 100})
+        if not offered:
+            return FRONTENDS_ABSENT
+        row = found[(config, str(fe), "cnnbench load", "raw", offered[-1])]
+        return f"{share(config, row)} of {number(offered[-1])} offered, p99 {number(row['latency_ms_p99'], 1)} ms"
+
+    lines = [["engine alone, batch 32, img/s",
+              *(number(pipeline[c]["engine_img_s"]) if c in pipeline else FRONTENDS_ABSENT for c in configs)]]
+    for fe in (0, 4):
+        where = "one process" if fe == 0 else f"{fe} front ends"
+        lines.append([f"{where}, raw at saturation, wrk (closed loop, 512 connections): answered req/s, p99",
+                      *(cell(c, fe, "wrk", "raw", 0, lambda r, c=c: f"{share(c, r)}, p99 "
+                             f"{number(r['latency_ms_p99'], 1)} ms") for c in configs)])
+        lines.append([f"{where}, raw, cnnbench load (open loop) at its highest offered rate",
+                      *(load_rate(c, fe) for c in configs)])
+        lines.append([f"{where}, raw, 100 req/s: p50 / p99 ms",
+                      *(cell(c, fe, "cnnbench load", "raw", 100, lambda r: f"{number(r['latency_ms_p50'], 1)} / "
+                             f"{number(r['latency_ms_p99'], 1)}") for c in configs)])
+    for fe in (1, 2, 4, 8):
+        lines.append([f"JPEG 500x375, {fe} front end(s), 4,000 req/s offered: answered img/s, p99 ms",
+                      *(cell(c, fe, "cnnbench load", "jpeg", 4000, lambda r: f"{number(r['images_per_sec'])}, "
+                             f"{number(r['latency_ms_p99'], 1)}") for c in configs)])
+    shown = {f"{FRONTENDS_DIR}/pipeline.jsonl": list(pipeline.values()),
+             f"{FRONTENDS_DIR}/frontends_http.csv": list(found.values())}
+    return table(["", "torch, CUDA graphs", "jax"], lines, "lrr") + ["", provenance(shown)]
