@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cnnbench.data import loader  # noqa: E402
 from cnnbench.data.samples import write_image_folder  # noqa: E402
+from cnnbench.options import DataSpec  # noqa: E402
 
 BATCH, OUT_HW = 16, (32, 32)
 
@@ -46,7 +47,7 @@ def reader_for(folder: Path, factor: int):
     """The plan and reader of a 32x32 run, with images above ``factor`` x 32 shrunk on the host."""
     loader.HOST_CANVAS_FACTOR = factor  # read when the plan's canvas is first asked for, and per sample
     run = SimpleNamespace(dataset="image_folder", data_path=str(folder), image_size=OUT_HW, seed=0,
-                          data={"test_fraction": 0.0})
+                          data=DataSpec(test_fraction=0.0))
     plan = loader.plan_for(run)
     return plan, loader.SampleReader(plan), factor
 

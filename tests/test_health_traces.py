@@ -158,7 +158,7 @@ def test_nvml_index_follows_cuda_visible_devices(monkeypatch):
 # -- energy in the rows and the report -----------------------------------------------------------------
 
 def test_energy_columns_end_the_row_and_older_files_read_without_them(tmp_path):
-    assert schema.COLUMN_NAMES[-2:] == ("energy_j_per_image", "mean_power_w")
+    assert schema.COLUMN_NAMES[-3:-1] == ("energy_j_per_image", "mean_power_w")  # schema 4, then skipped_inputs
     old = tmp_path / "old.csv"
     header = [c for c in schema.COLUMN_NAMES if c not in schema.ADDED_IN_V4]
     old.write_text(",".join(header) + "\n")

@@ -256,7 +256,7 @@ def test_cifar10_trains_with_pad_crop_and_flip_on_the_device(tmp_path):
     (row,) = store.read_rows(out)
     assert row["status"] == "ok" and row["input_source"] == "arrays" and row["data_wait_share"] is not None
     assert row["test_accuracy"] is not None
-    plan = plan_for(type("R", (), {"dataset": "cifar10", "image_size": (32, 32), "seed": 0, "data": {}})(),
+    plan = plan_for(type("R", (), {"dataset": "cifar10", "image_size": (32, 32), "seed": 0, "data": DataSpec()})(),
                     np.zeros((4, 32, 32, 3), np.uint8), np.arange(4))
     assert (plan.train_kind, plan.eval_kind) == ("pad_crop", "none")
 
@@ -367,7 +367,7 @@ def test_a_folder_of_both_orientations_crosses_in_a_canvas_bounded_by_the_model_
     write_image_folder(tmp_path / "mixed", 4, ["astronaut"], (120, 200), seed=0)
     write_image_folder(tmp_path / "mixed", 4, ["coffee"], (200, 120), seed=1)
     run = SimpleNamespace(dataset="image_folder", data_path=str(tmp_path / "mixed"), image_size=(8, 8), seed=0,
-                          data={"test_fraction": 0.0})
+                          data=DataSpec(test_fraction=0.0))
     plan = plan_for(run)
     bound = HOST_CANVAS_FACTOR * 8
     assert plan.index.canvas_hw == (200, 200) and plan.canvas_hw == (bound, bound)

@@ -118,12 +118,17 @@ def test_upgrade_turns_an_integer_image_size_into_height_x_width(tmp_path):
     assert row["image_size"] == "224x224" and row["data_wait_share"] is None
 
 
-def test_a_file_of_this_version_written_before_its_newest_columns_is_read_and_upgraded(tmp_path):
-    """Columns added since the last version bump (skipped_inputs): the committed results files lack them."""
-    from cnnbench.table.schema import ADDED_SINCE_LAST_VERSION, COLUMN_NAMES, SCHEMA_VERSION
+def test_a_file_of_this_version_written_before_its_newest_columns_is_read_and_upgraded(tmp_path, monkeypatch):
+    """Columns added since the last version bump (as skipped_inputs was before schema 4): files of the
+    current version written before them are read, refused for appending, and upgraded."""
+    from cnnbench.table import schema
+    from cnnbench.table.schema import COLUMN_NAMES, SCHEMA_VERSION
 
-    assert "skipped_inputs" in ADDED_SINCE_LAST_VERSION and COLUMN_NAMES[-1] == "skipped_inputs"
-    header = [c for c in COLUMN_NAMES if c not in ADDED_SINCE_LAST_VERSION]
+    monkeypatch.setattr(schema, "ADDED_SINCE_LAST_VERSION", ("skipped_inputs",))
+    monkeypatch.setattr(schema, "ADDED_IN", {v: tuple(c for c in names if c != "skipped_inputs")
+                                            for v, names in schema.ADDED_IN.items()})
+    assert COLUMN_NAMES[-1] == "skipped_inputs"
+    header = [c for c in COLUMN_NAMES if c not in schema.ADDED_SINCE_LAST_VERSION]
     values = {"schema_version": str(SCHEMA_VERSION), "run_id": "before", "status": "ok"}
     path = tmp_path / "current.csv"
     path.write_text(",".join(header) + "\n" + ",".join(values.get(c, "") for c in header) + "\n")
