@@ -12,6 +12,8 @@
 #   4. frontends 0 and 4: raw at 100 req/s (p99) and at saturation, each saturation measured by cnnbench load
 #      and then by wrk with the same connections (benchmarks/serve_clients.py flags the wrk row client_bound
 #      when they differ by more than 10 %); JPEG 500x375 at saturation with 1, 2, 4 and 8 front ends;
+#   sweep: PyTorch with CUDA graphs raw at saturation with 1, 2, 4, 7 front ends (SO_REUSEPORT) and 4, 7 on one
+#      shared socket, by both clients: what the default front-end count and socket mode rest on;
 #   5. the 1080x1920 JPEG frames of experiments/frames_1080p_infer.toml (max batch 16), 4 front ends;
 #   6. the same model behind LitServe (benchmarks/litserve_peer.py), raw and JPEG at saturation.
 # Every step runs under timeout; a step that fails says so and the script goes on.
@@ -44,10 +46,11 @@ pad_multiple = 4
 max_queue = 64
 decode_workers = 2
 TOML
-  device=cpu; low=20; mid=100; high=200; jpeg_rate=100; plain_high=100; secs=2; max_procs=1; shape=16,16,3
+  device=cpu; low=20; mid=100; high=200; jpeg_rate=100; plain_high=100; secs=2; max_procs=1; shape=16,16,3; max_fe=2
 else
   spec=experiments/resnet50_serve.toml
   device=gpu; low=100; mid=3000; high=8000; jpeg_rate=4000; plain_high=1500; secs=3; max_procs=4; shape=224,224,3
+  max_fe=$(( $(nproc) / 2 ))
 fi
 # PyTorch with CUDA graphs: the same spec with [torch] serve_cuda_graphs = true
 graphs_spec=$(mktemp -d)/serve_graphs.toml
@@ -76,8 +79,8 @@ stop() {  # stop PID LOG: SIGTERM (the server drains), bounded wait, the exit co
 #    uvicorn's default parser (httptools where installed) and with the pure-Python h11.
 # PARTS picks what runs (each part fits a 10-minute call on its own): base (the HTTP stack alone, each engine
 # alone and in one process at several rates), frontends (0 and 4 front ends raw by both clients, 1/2/4/8 for
-# JPEG), peers (the 1080p frames case, LitServe).
-parts=${PARTS:-base,frontends,peers}
+# JPEG), sweep (1/2/4/7 front ends, SO_REUSEPORT or one shared socket), peers (the 1080p frames case, LitServe).
+parts=${PARTS:-base,frontends,sweep,peers}
 part() { [[ ",$parts," == *",$1,"* ]]; }
 part base && for parser in auto h11; do
   NUMPY_ENGINE_SHAPE=$shape "$py" tests/numpy_serve_engine.py "$port" 0 32 512 5 dynamic "$parser" \
@@ -144,6 +147,19 @@ part frontends && for config in torch-graphs jax; do
     load "$out/frontends_http.csv" "$jpeg_rate" jpeg --source-size 500x375
     stop "$pid" "$log"
   done
+done
+# The default front-end count and socket mode, chosen by measurement: PyTorch with CUDA graphs (the fastest
+# engine, so the front ends are the bound), raw at saturation by both clients, 1/2/4/7 front ends each with its
+# own SO_REUSEPORT socket, 4 and 7 on one shared socket (7 = the default for 16 cores: (cores - 2) // 2).
+part sweep && for setting in 1:reuseport 2:reuseport 4:reuseport 7:reuseport 4:shared 7:shared; do
+  fe=${setting%:*}; listen=${setting#*:}
+  ((fe > max_fe)) && { echo "sweep: $fe front ends skipped: more than this host's $max_fe"; continue; }
+  log=$out/serve_sweep.log
+  echo "== torch-graphs frontends $fe listen $listen" >> "$log"
+  start_server "$graphs_spec" torch "$log" --frontends "$fe" --listen "$listen"
+  load "$out/frontends_http.csv" "$fe_high" raw
+  wrk_check "$out/frontends_http.csv"
+  stop "$pid" "$log"
 done
 if part peers && [[ ${SMOKE:-0} != 1 ]]; then  # the seed's case: 1080p JPEG frames at a 1080p model input
   log=$out/serve_frames.log

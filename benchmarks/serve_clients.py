@@ -4,8 +4,12 @@
 uint8 bodies of SHAPE to /v1/infer, each command under `timeout`), reads the server's /v1/info, and
 appends one serve-http row with ``backend_options`` ``client=wrk``. It compares wrk's answered
 requests/s with the last `cnnbench load` row of the same CSV (same server, same connection count, run
-just before at a rate above saturation, so closed loop too): if they differ by more than 10 %, the wrk
-row's ``errors_by_status`` carries ``client_bound=<cnnbench/wrk>`` and wrk's number is the one to trust.
+just before). The two clients measure the same thing only at saturation: `cnnbench load` is open loop
+(it offers a rate), wrk closed loop (it sends as fast as answers come). So the comparison is made only
+when that row answered less than SATURATED of what it offered; then, if the two differ by more than
+10 %, the wrk row's ``errors_by_status`` carries ``client_bound=<cnnbench/wrk>`` and wrk's number is the
+one to trust. Below saturation it carries ``not_compared=<answered/offered>`` instead: the offered rate,
+not either client, was the bound.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from cnnbench.serve.load import get_json, load_row  # noqa: E402
 from cnnbench.serve.loadgen import HttpLoadResult  # noqa: E402
 
 AGREEMENT = 0.10
+SATURATED = 0.95  # a load row that answered less than this share of what it offered was at saturation
 LUA = """wrk.method = "POST"
 local f = io.open("{body}", "rb"); wrk.body = f:read("*a"); f:close()
 wrk.headers["Content-Type"] = "application/octet-stream"
@@ -63,6 +68,17 @@ def run_wrk(url: str, shape: str, connections: int, seconds: int, threads: int) 
     return found
 
 
+def compare(ours: dict | None, wrk_rps: float) -> dict[str, float]:
+    """What the wrk row says of the `cnnbench load` row before it: client_bound, not_compared or nothing."""
+    if not ours or not wrk_rps:
+        return {}
+    answered, offered = float(ours.get("images_per_sec") or 0), float(ours.get("arrival_rate_rps") or 0)
+    if offered and answered < SATURATED * offered:
+        ratio = answered / wrk_rps
+        return {"client_bound": round(ratio, 2)} if abs(ratio - 1) > AGREEMENT else {}
+    return {"not_compared": round(answered / offered, 2) if offered else 0.0}
+
+
 def main(csv_path: str, url: str, shape: str, connections: int, seconds: int) -> None:
     from cnnbench.table import store
 
@@ -71,10 +87,8 @@ def main(csv_path: str, url: str, shape: str, connections: int, seconds: int) ->
     errors = dict(found["errors"])
     rows = list(csv.DictReader(open(csv_path))) if Path(csv_path).exists() else []
     ours = next((r for r in reversed(rows) if "client=wrk" not in (r.get("backend_options") or "")), None)
-    if ours and found["rps"]:
-        ratio = float(ours["images_per_sec"] or 0) / found["rps"]
-        if abs(ratio - 1) > AGREEMENT:
-            errors["client_bound"] = round(ratio, 2)
+    verdict = compare(ours, found["rps"])
+    errors.update(verdict)
     result = HttpLoadResult(offered_rps=0.0, sent=found["requests"], ok=found["requests"] - errors.get("non2xx", 0),
                             achieved_rps=found["rps"], latency_ms=np.array([]), errors=errors, wall_s=float(seconds),
                             client_lag_ms_p99=0.0)
@@ -85,7 +99,15 @@ def main(csv_path: str, url: str, shape: str, connections: int, seconds: int) ->
                 "status": "ok" if found["rps"] else "failed"})
     store.append_rows(Path(csv_path), [row])
     print(f"wrk -c{connections}: {found['rps']:,.0f} answered/s, p99 {found['p99']} ms; cnnbench load: "
-          f"{ours['images_per_sec'] if ours else '-'}; {'client-bound' if 'client_bound' in errors else 'agree'}")
+          f"{ours['images_per_sec'] if ours else '-'}; {_verdict_words(errors)}")
+
+
+def _verdict_words(errors: dict) -> str:
+    if "client_bound" in errors:
+        return "client-bound"
+    if "not_compared" in errors:
+        return "not compared (cnnbench load was below saturation: offer more)"
+    return "agree"
 
 
 if __name__ == "__main__":

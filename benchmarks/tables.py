@@ -34,6 +34,7 @@ TABLES: dict[str, Callable[[Results], list[str]]] = {
     "dynamic-batching": inference.dynamic_batching,
     "serving": serving.serving,
     "serving-frontends": serving.frontends,
+    "serving-sweep": serving.sweep,
     "model-parallel": training.model_parallel,
     "microbatches": training.microbatches,
     "real-input": data.real_input,

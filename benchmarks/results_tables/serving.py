@@ -141,3 +141,43 @@ def frontends(results: Results) -> list[str]:
     shown = {f"{FRONTENDS_DIR}/pipeline.jsonl": list(pipeline.values()),
              f"{FRONTENDS_DIR}/frontends_http.csv": list(found.values())}
     return table(["", "torch, CUDA graphs", "jax"], lines, "lrr") + ["", provenance(shown)]
+
+
+SWEEP_DIR = "h200_serve_sweep"
+SWEEP_ABSENT = missing("serving-sweep")
+SWEEP_SETTINGS = ((1, "reuseport"), (2, "reuseport"), (4, "reuseport"), (7, "reuseport"), (4, "shared"),
+                  (7, "shared"))
+
+
+def sweep(results: Results) -> list[str]:
+    """What the default front-end count and socket mode rest on (gpu_serve.sh PARTS=sweep): PyTorch with
+    CUDA graphs, raw at saturation, by wrk and by `cnnbench load`, per front-end count and socket mode."""
+    pipeline = newest(results.jsonl(f"{FRONTENDS_DIR}/pipeline.jsonl"),
+                      lambda r: _config(r["backend"], "cuda_graphs=True" if r.get("cuda_graphs") else ""))
+    engine = pipeline.get("torch-graphs", {}).get("engine_img_s")
+    rows = [r for r in results.csv(f"{SWEEP_DIR}/frontends_http.csv") if ok(r)]
+    found = newest(rows, lambda r: (int(_option(r["backend_options"], "frontends") or 0),
+                                    _option(r["backend_options"], "listen"),
+                                    "wrk" if _option(r["backend_options"], "client") else "cnnbench load"))
+
+    def rate(row: Row | None, offered: bool) -> str:
+        if row is None:
+            return SWEEP_ABSENT
+        share = f" ({row['images_per_sec'] / engine:.2f} of the engine)" if engine else ""
+        of = f" of {number(row['arrival_rate_rps'])} offered" if offered else ""
+        return f"{number(row['images_per_sec'])}{share}{of}, p99 {number(row['latency_ms_p99'], 1)} ms"
+
+    def verdict(row: Row | None) -> str:
+        errors = str((row or {}).get("errors_by_status") or "")
+        if row is None:
+            return SWEEP_ABSENT
+        if "client_bound" in errors:
+            return "disagree by more than 10 %: trust wrk"
+        return "cnnbench load below saturation" if "not_compared" in errors else "agree within 10 %"
+
+    lines = [[f"{fe} front end(s), {listen}", rate(found.get((fe, listen, "wrk")), False),
+              rate(found.get((fe, listen, "cnnbench load")), True), verdict(found.get((fe, listen, "wrk")))]
+             for fe, listen in SWEEP_SETTINGS]
+    shown = {f"{SWEEP_DIR}/frontends_http.csv": list(found.values())}
+    return table(["PyTorch, CUDA graphs, raw 224x224", "wrk (closed loop, 512 connections): req/s",
+                  "cnnbench load (open loop)", "the two clients"], lines, "lrrl") + ["", provenance(shown)]

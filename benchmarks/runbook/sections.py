@@ -164,7 +164,8 @@ def script(path: str, results: str, budget_s: int, **env: str) -> Callable[[Cont
     results/RESULTS."""
     def run(ctx: Context) -> None:
         folder = ctx.out / results
-        ctx.run(path, ["bash", path, folder], budget_s, env={"BUDGET_S": str(budget_s - 20), **env})
+        ctx.run(path, ["bash", path, folder], budget_s,
+                env={"BUDGET_S": str(budget_s - 20), "PYTHON": ctx.python, **env})  # the runbook's own Python
     return run
 
 
@@ -182,6 +183,13 @@ SECTIONS["serving-frontends"] = Section(
     "JPEG with 1/2/4/8 front ends, PyTorch CUDA graphs and JAX (gpu_serve.sh PARTS=frontends)",
     script("benchmarks/gpu_serve.sh", "h200_serve_frontends", 520, PARTS="frontends"),
     SERVE_DEPS, (Output("h200_serve_frontends/frontends_http.csv"),),
+    needs=("starlette", "uvicorn", "httptools"))
+SECTIONS["serving-sweep"] = Section(
+    "serving-sweep", 6, "PyTorch CUDA graphs served raw at saturation with 1/2/4/7 front ends on SO_REUSEPORT "
+    "sockets and 4/7 on one shared socket, by cnnbench load and wrk: the default count and socket mode "
+    "(gpu_serve.sh PARTS=sweep)",
+    script("benchmarks/gpu_serve.sh", "h200_serve_sweep", 500, PARTS="sweep"),
+    SERVE_DEPS, (Output("h200_serve_sweep/frontends_http.csv"),),
     needs=("starlette", "uvicorn", "httptools"))
 SECTIONS["serving-peers"] = Section(
     "serving-peers", 5, "the seed's 1080p JPEG frames through 4 front ends, and LitServe serving the same engine "

@@ -54,8 +54,8 @@ def serve(config: ServeConfig, recipe: EngineRecipe, info: dict[str, Any]) -> in
     info.setdefault("top_k", config.top_k)
     info.setdefault("model_name", info["row"]["model"])
     info["config"] = dataclasses.asdict(config)
-    info["row"]["backend_options"] = ";".join(filter(None, [info["row"].get("backend_options"),
-                                                            f"frontends={config.frontends}"]))
+    serving = f"frontends={config.frontends}" + (f";listen={config.listen}" if config.frontends else "")
+    info["row"]["backend_options"] = ";".join(filter(None, [info["row"].get("backend_options"), serving]))
     if config.frontends:
         from cnnbench.serve.frontends import Supervisor
 
