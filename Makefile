@@ -30,9 +30,13 @@ test-deps:
 	  else echo "make test: the Slurm tests need slurm-wlm and munge: sudo apt-get install slurm-wlm munge" >&2; \
 	    exit 1; fi; }
 
+# Two pytest workers, a test file each at a time (module fixtures are built once): most tests wait on
+# the processes they start (framework imports, servers, Slurm), so two fill a 2-core host's idle time.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) browser test-deps
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # the report page test renders index.html in headless Chromium (Debian's chromium package)
 browser:

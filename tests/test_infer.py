@@ -62,9 +62,10 @@ def test_sweep_rows_per_batch_size_and_input(infer_rows):
                 assert r["images_per_sec"] == pytest.approx(r["global_batch"] / (r["step_time_ms_median"] / 1000),
                                                             rel=0.01)
                 assert r["first_step_s"] > 0 and r["windows"] == 3
-                # the CSV keeps 6 significant digits: the ratio of two rounded times is good to ~1e-5
-                assert r["step_time_spread"] == pytest.approx(r["step_time_ms_p90"] / r["step_time_ms_p10"] - 1,
-                                                              abs=2e-5)
+                # the CSV keeps 6 significant digits: the ratio of two rounded times is good to ~1e-5 of
+                # itself (a busy machine's spread of 4.1 is off by 2.5e-5 in absolute terms)
+                assert r["step_time_spread"] + 1 == pytest.approx(r["step_time_ms_p90"] / r["step_time_ms_p10"],
+                                                                  rel=2e-5)
         # on a CPU there is nothing to pin: one skipped row per pinned input says so
         for source in ("uint8_pinned", "float32_pinned"):
             (row,) = [r for r in rows if r["backend"] == backend and r["variant"] == source]

@@ -11,6 +11,7 @@ imported only inside the trainers and :func:`devices`, never at module level.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from cnnbench import envinfo
@@ -40,7 +41,8 @@ def unsupported(run: Run) -> str | None:
 
 def launch_layout(run: Run) -> Layout:
     env = {"TF_CPP_MIN_LOG_LEVEL": "2"}
-    flags = [run.options.xla_flags]
+    # the caller's own XLA_FLAGS stay (the worker's environment replaces the variable), then the spec's
+    flags = [os.environ.get("XLA_FLAGS", ""), run.options.xla_flags]
     if run.device_kind == "cpu":
         env["JAX_PLATFORMS"] = "cpu"
         flags.insert(0, f"--xla_force_host_platform_device_count={run.devices_per_host}")

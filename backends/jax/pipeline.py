@@ -46,8 +46,11 @@ class JaxPipelineTrainer(JaxTrainer):
         # The whole model is initialised as in every other strategy (same seed, same weights), then
         # each stage takes the variables its pieces name.
         image = (*run.image_size, run.channels)
-        whole = self.eval_model.init(jax.random.key(run.seed), jnp.zeros((1, *image), jnp.float32), train=False)
+        # jitted: one compilation, not one per initialiser op (the same values)
+        whole = jax.jit(lambda key: self.eval_model.init(key, jnp.zeros((1, *image), jnp.float32), train=False))(
+            jax.random.key(run.seed))
         self.tx = make_optimizer(run, ctx.lr_table)
+        self._fresh_optimizer = jax.jit(self.tx.init)
         # Each stage's variable names and input shape, traced without computing anything.
         self.stages, self.names = [], []
         activation = jax.ShapeDtypeStruct((run.global_batch // run.microbatches, *image), jnp.float32)
@@ -69,7 +72,7 @@ class JaxPipelineTrainer(JaxTrainer):
         states = []
         for names, device in zip(self.names, self.devices):
             state = {c: {n: whole[c][n] for n in names[c]} for c in ("params", "batch_stats")}
-            state["opt_state"] = self.tx.init(state["params"])
+            state["opt_state"] = self._fresh_optimizer(state["params"])
             states.append(self.jax.device_put(state, device))
         return states
 

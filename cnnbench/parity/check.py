@@ -14,6 +14,8 @@ biased one (each framework's own convention); running means are compared.
 from __future__ import annotations
 
 import itertools
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -121,30 +123,40 @@ def run_parity(models: list[str], backends: list[str], perturb: tuple[str, str] 
                seed: int = 0, image_size: tuple[int, int] | None = None) -> ParityResult:
     """All checks for the models across the backends, and the parameter counts; ``perturb=(label,
     tensor)`` changes one weight that one participant receives (the tests use it to prove a mismatch
-    is caught); ``image_size`` replaces the models' parity sizes with one (height, width)."""
+    is caught); ``image_size`` replaces the models' parity sizes with one (height, width).
+
+    Every probe is a process of its own that spends most of its life importing its framework and
+    compiling, so they run side by side, up to one per core (at least two)."""
     result = ParityResult()
     checks = result.checks
+    inputs, jobs, layout = {}, [], {}
     for model in models:
         side, channels, classes, batch = PARITY_CONFIGS[model]
         size = image_hw(image_size or side)
         real = REAL_CONFIGS[model]
-        checks.append(Check(model, "layout", "layout params - reference",
-                            abs(trainable_count(neutral_layout(*real)) - REFERENCE_PARAMS[real]), 0, integer=True))
+        layout[model] = Check(model, "layout", "layout params - reference",
+                              abs(trainable_count(neutral_layout(*real)) - REFERENCE_PARAMS[real]), 0, integer=True)
         start = random_weights(model, size, channels, classes, seed)
         rng = np.random.default_rng(seed + 1)
         x = rng.standard_normal((batch, channels, *size)).astype(np.float32)
-        y = rng.integers(0, classes, batch)
-        found: dict[str, ProbeResult] = {}
+        inputs[model] = (start, x, rng.integers(0, classes, batch))
         for label, backend, strategy in participants(backends):
             weights = dict(start)
             if perturb and perturb[0] == label:
                 weights[perturb[1]] = weights[perturb[1]] * 1.01
             run = probe_run(backend, strategy, model, image_size=size, channels=channels,
                             num_classes=classes, global_batch=batch, lr=PARITY_LR)
-            found[label] = run_probe(run, weights, x, y, x)
+            jobs.append((model, label, run, weights))
+    with ThreadPoolExecutor(max(2, min(len(jobs), os.cpu_count() or 1))) as pool:
+        futures = [pool.submit(run_probe, run, weights, inputs[model][1], inputs[model][2], inputs[model][1])
+                   for model, _, run, weights in jobs]
+        probes = [future.result() for future in futures]
+    for model in models:
+        found: dict[str, ProbeResult] = {label: probe for (m, label, _, _), probe in zip(jobs, probes) if m == model}
         result.params[model] = {label: probe.params for label, probe in found.items()}
+        checks.append(layout[model])
         for name_a, name_b in itertools.combinations(found, 2):
-            checks += compare(model, name_a, found[name_a], name_b, found[name_b], start)
+            checks += compare(model, name_a, found[name_a], name_b, found[name_b], inputs[model][0])
     return result
 
 
