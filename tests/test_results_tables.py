@@ -91,3 +91,29 @@ def test_a_block_without_a_generator_is_refused_with_one_line(tmp_path):
     done = _tables("--check", "--page", str(page))
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "no generator for table 'no-such'" in done.stderr
+
+
+def test_the_low_rate_p99_is_shown_against_its_target_from_the_engine_of_the_same_invocation(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "results", results)
+    pipeline = results / "h200_serve_frontends" / "pipeline.jsonl"
+    lines = [json.loads(line) for line in pipeline.read_text().splitlines()]
+    jax = {**next(item for item in lines if item["backend"] == "jax"), "small_batch_ms": 3.25, "pad_multiple": 8,
+           "timeout_ms": 5.0}
+    pipeline.write_text(pipeline.read_text() + json.dumps(jax) + "\n")
+    page = tables.generate(PAGE.read_text(), results)
+    block = next(m.group("body") for m in BLOCK.finditer(page) if m.group("name") == "serving-frontends")
+    row = next(line for line in block.splitlines() if line.startswith("| 4 front ends, raw, 100 req/s"))
+    torch_cell, jax_cell = row.split("|")[2:4]
+    assert jax_cell.strip().endswith("(target 13.2)")  # 5 ms deadline + 3.25 ms + 5 ms
+    assert "target" not in torch_cell  # no batch of 8 measured for it: no target claimed
+
+
+def test_one_batch_alone_is_timed_launch_to_answer():
+    sys.path.insert(0, str(REPO / "tests"))
+    from numpy_serve_engine import NumpyEngine
+    from serve_pipeline import one_batch_ms
+
+    engine = NumpyEngine(compute_ms=20)
+    engine.staging_buffers(1, 8)
+    assert 20 <= one_batch_ms(engine, 8, repeats=5) < 40
