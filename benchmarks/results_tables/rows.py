@@ -104,6 +104,9 @@ def provenance(files: dict[str, list[Row]]) -> str:
         shas = sorted({str(r.get("git_sha") or "").removesuffix("-dirty")[:8] or "not recorded" for r in rows if r})
         days = sorted({_when(r)[:10] for r in rows if r and _when(r)})
         when = f", {days[0]}" + (f" to {days[-1]}" if len(days) > 1 else "") if days else ""
+        # the card, since a section may have run on a host other than its file name's (an H100 for an H200)
+        cards = sorted({str(r.get("device_name")) for r in rows if r and r.get("device_name")})
+        on = f", {' and '.join(cards)}" if cards else ""
         if rows:
-            parts.append(f"`results/{name}` (git {', '.join(shas)}{when})")
+            parts.append(f"`results/{name}` (git {', '.join(shas)}{when}{on})")
     return ("Rows: " + "; ".join(parts) + ".") if parts else "No rows yet."
