@@ -43,6 +43,8 @@ TABLES: dict[str, Callable[[Results], list[str]]] = {
     "frames-split": inference.frames_split,
     "frames-infer": inference.frames_infer,
     "health-training": health.training,
+    "health-energy": health.energy,
+    "health-known": health.known,
     "health-caches": health.caches,
     "health-layers": health.layers,
     "health-cudnn": health.cudnn,

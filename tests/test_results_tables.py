@@ -117,3 +117,24 @@ def test_one_batch_alone_is_timed_launch_to_answer():
     engine = NumpyEngine(compute_ms=20)
     engine.staging_buffers(1, 8)
     assert 20 <= one_batch_ms(engine, 8, repeats=5) < 40
+
+
+def test_health_tables_come_from_the_health_known_folder_and_say_which_check_failed(tmp_path):
+    from results_tables import health
+    from results_tables.rows import Results
+
+    folder = tmp_path / "h200_health"
+    folder.mkdir()
+    checks = [{"probe": "known", "framework": "jax", "case": "sleep", "metric": "gpu_busy", "value": 0.41,
+               "expected": "0.5024 +- 0.03", "ok": False},
+              {"probe": "known", "framework": "jax", "case": "all", "passed": 0, "of": 1}]  # a summary: not a row
+    (folder / "known.jsonl").write_text("".join(json.dumps(c) + "\n" for c in checks))
+    known = "\n".join(health.known(Results(tmp_path)))
+    assert "| jax | sleep | gpu_busy | 0.41 | 0.5024 +- 0.03 | NO |" in known
+    assert known.count("| jax |") == 1
+    row = {**store.read_rows(REPO / "results" / "h200_health" / "health_rows.csv")[0], "energy_j_per_image": 0.125,
+           "mean_power_w": 600.0, "images_per_sec": 4800.0}
+    store.append_rows(folder / "health_rows.csv", [row])
+    energy = "\n".join(health.energy(Results(tmp_path)))
+    assert "| train | torch/ddp | 256 | 4,800 | 0.1250 | 8.0 | 600 |" in energy  # images per joule = 1 / J
+    assert "| 4,800 |" in "\n".join(health.training(Results(tmp_path)))  # the same folder's profiled row

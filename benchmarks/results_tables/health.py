@@ -7,6 +7,10 @@ from results_tables.rows import Results, Row, missing, newest, number, ok, prove
 
 ABSENT = missing("health")
 PROBES = "h200_health_probes.jsonl"
+# The health-known section (benchmarks/gpu_health.sh) writes its rows into a folder of its own: profiled
+# training as the health section does, energy per image, the known-answer checks, the pinned-memory probe.
+KNOWN_DIR = "h200_health"
+KNOWN_ABSENT = missing("health-known")
 
 
 def _unit(value: float | None, unit: str) -> str:
@@ -14,7 +18,9 @@ def _unit(value: float | None, unit: str) -> str:
 
 
 def training(results: Results) -> list[str]:
-    rows = [r for r in results.csv("h200_health.csv") if r["spec_name"] == "health_profile"]
+    """Profiled training as `cnnbench health` reads it: the newest row per backend of either section."""
+    files = ("h200_health.csv", f"{KNOWN_DIR}/health_rows.csv")
+    rows = [r for name in files for r in results.csv(name) if r["spec_name"] == "health_profile"]
     latest = newest(rows, lambda r: r["backend"])
     lines = []
     for backend, strategy in (("torch", "ddp"), ("jax", "sharded")):
@@ -27,7 +33,36 @@ def training(results: Results) -> list[str]:
                       number(row.get("h2d_bytes_per_image")), _unit(row.get("nvml_gpu_util_pct"), "%"),
                       _unit(row.get("nvml_power_w"), " W")])
     header = ["backend", "img/s", "GPU busy", "memcpy", "sync", "H2D bytes/image", "NVML util", "power"]
-    return table(header, lines) + ["", provenance({"h200_health.csv": list(latest.values())})]
+    shown = {name: [r for r in latest.values() if r in results.csv(name)] for name in files}
+    return table(header, lines) + ["", provenance(shown)]
+
+
+def energy(results: Results) -> list[str]:
+    """Energy per image from NVML's energy counter over the timed windows, beside img/s."""
+    files = (f"{KNOWN_DIR}/health_rows.csv", f"{KNOWN_DIR}/infer_rows.csv")
+    rows = [r for name in files for r in results.csv(name) if ok(r) and r.get("energy_j_per_image")]
+    latest = newest(rows, lambda r: (r["mode"], r["backend"], r["strategy"], bool(r["compile"]),
+                                     r["global_batch"]))
+    lines = []
+    for (mode, backend, strategy, compiled, batch), row in sorted(latest.items(), key=lambda kv: str(kv[0])):
+        joules = row["energy_j_per_image"]
+        lines.append([mode, f"{backend}/{strategy}" + (" +compile" if compiled else ""), number(batch),
+                      number(row["images_per_sec"]), f"{joules:.4f}", number(1 / joules, 1),
+                      number(row.get("mean_power_w"))])
+    header = ["mode", "run", "batch", "img/s", "J/image", "images/J", "W per GPU"]
+    return (table(header, lines or [[KNOWN_ABSENT, *[""] * 6]], "ll" + "r" * 5)
+            + ["", provenance({name: [r for r in latest.values() if r in results.csv(name)] for name in files})])
+
+
+def known(results: Results) -> list[str]:
+    """The known-answer checks of benchmarks/health_known.py: each metric against the answer its loop has."""
+    checks = [r for r in results.jsonl(f"{KNOWN_DIR}/known.jsonl") if r.get("probe") == "known" and "metric" in r]
+    latest = newest(checks, lambda r: (r["framework"], r["case"], r["metric"]))
+    lines = [[framework, case, metric, f"{row['value']:.4g}", str(row["expected"]).replace("|", "/"),
+              "yes" if row["ok"] else "NO"] for (framework, case, metric), row in latest.items()]
+    header = ["framework", "case", "metric", "value", "expected", "ok"]
+    return (table(header, lines or [[KNOWN_ABSENT, *[""] * 5]], "lllrll")
+            + ["", provenance({f"{KNOWN_DIR}/known.jsonl": list(latest.values())})])
 
 
 def caches(results: Results) -> list[str]:
@@ -102,7 +137,8 @@ PINNED = {"pinned_limits": "limits there", "pinned_amount": "pinned in 1 GiB buf
 
 
 def pinned(results: Results) -> list[str]:
-    records = [r for r in results.jsonl(PROBES) if r.get("probe") in PINNED]
+    files = (PROBES, f"{KNOWN_DIR}/pitfalls.jsonl")  # the health section's probes, or health-known's
+    records = [r for name in files for r in results.jsonl(name) if r.get("probe") in PINNED]
     latest = newest(records, lambda r: (r["probe"], r.get("how")))
     lines = []
     for (kind, how), row in latest.items():
@@ -110,4 +146,4 @@ def pinned(results: Results) -> list[str]:
         text = ", ".join(f"{k} {number(v, 2) if isinstance(v, float) else v}" for k, v in facts.items())
         lines.append([PINNED[kind] + (f": {how}" if how else ""), text.replace("|", "/")])
     return table(["question", "finding"], lines or [[ABSENT, ""]], "ll") + [
-        "", provenance({PROBES: list(latest.values())})]
+        "", provenance({name: [r for r in latest.values() if r in results.jsonl(name)] for name in files})]
