@@ -1,7 +1,7 @@
 """A folder of portrait and landscape photographs at a small model size: what crosses to the device.
 
     python benchmarks/mixed_orientation.py [--out results/cpu_mixed_orientation.jsonl] [--images 16]
-    python benchmarks/mixed_orientation.py --table results/cpu_mixed_orientation.jsonl   (docs/real-input.md's table)
+(docs/real-input.md's table is generated from the rows by benchmarks/tables.py)
 
 Writes a folder of 1080x1920 JPEGs from `cnnbench samples`' photographs, every other one turned to
 1920x1080, and reads batches of 16 for a 32x32 model (random resized crop, as training does) with the
@@ -68,25 +68,11 @@ def one_batch(plan, reader, factor: int, step: int) -> tuple[float, float, int]:
     return read * 1000, (time.perf_counter() - start) * 1000, images.nbytes
 
 
-def markdown(lines: list[dict]) -> str:
-    """The table of docs/real-input.md, from the rows."""
-    out = ["| | canvas | uint8 per batch | host read (decode, shrink, pad), ms | `prepare` (PyTorch, CPU), ms |",
-           "|---|---|---:|---:|---:|"]
-    for line in lines:
-        out.append(f"| {line['mode'].split(':')[0]} | {line['canvas']} | {line['uint8_mb_per_batch']:.2f} MiB "
-                   f"| {line['host_read_ms']:.1f} | {line['prepare_ms']:.1f} |")
-    return "\n".join(out)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results/cpu_mixed_orientation.jsonl"))
     parser.add_argument("--images", type=int, default=16, help="photographs in the folder (half turned)")
-    parser.add_argument("--table", type=Path, help="print the Markdown table of these rows; measure nothing")
     args = parser.parse_args()
-    if args.table:
-        print(markdown([json.loads(line) for line in args.table.read_text().splitlines() if line.strip()]))
-        return
     import cv2
     import torch
 
@@ -112,7 +98,7 @@ def main() -> None:
             print(json.dumps(lines[-1]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    print(markdown(lines))
+    print(f"wrote {len(lines)} rows to {args.out}; python benchmarks/tables.py puts them in docs/real-input.md")
 
 
 if __name__ == "__main__":

@@ -25,13 +25,24 @@ def _tables(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_every_committed_block_is_what_the_committed_rows_give():
-    page = PAGE.read_text()
-    rendered = tables.generate(page, REPO / "results")
-    stale = [m.group("name") for m in BLOCK.finditer(page)
-             if m.group(0) not in rendered]
-    assert not stale, f"out of date with the rows: {stale}; run python benchmarks/tables.py"
-    assert rendered == page
-    assert sorted(names(page)) == sorted(tables.TABLES)
+    placed = []
+    for name in tables.PAGES:  # results.md and the topic pages that cite CPU measurements
+        page = (REPO / "docs" / name).read_text()
+        rendered = tables.generate(page, REPO / "results", name)
+        stale = [m.group("name") for m in BLOCK.finditer(page)
+                 if m.group(0) not in rendered]
+        assert not stale, f"{name} out of date with the rows: {stale}; run python benchmarks/tables.py"
+        assert rendered == page
+        placed += names(page)
+    assert sorted(placed) == sorted(tables.TABLES)  # every table on exactly one page
+
+
+def test_a_page_that_holds_no_tables_is_refused_with_one_line(tmp_path):
+    page = tmp_path / "notes.md"
+    page.write_text("# notes\n")
+    done = _tables("--check", "--page", str(page))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "no generated tables belong to a page of this name" in done.stderr
 
 
 def test_the_page_has_no_placeholder_left():

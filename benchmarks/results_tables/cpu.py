@@ -1,0 +1,53 @@
+"""Tables of the CPU measurements that the topic pages cite (each from its own script's rows under
+results/): the mixed-orientation canvas (docs/real-input.md), the batcher against the GIL and the load
+client against httpx (docs/serving.md)."""
+
+from __future__ import annotations
+
+from results_tables.rows import Results, number, table
+
+
+def _absent(script: str, columns: int) -> list[list[str]]:
+    return [[f"no rows yet: `python benchmarks/{script}`", *[""] * (columns - 1)]]
+
+
+def mixed_orientation(results: Results) -> list[str]:
+    """Padding a portrait/landscape mix into one canvas, before and after shrinking on the host."""
+    rows = results.jsonl("cpu_mixed_orientation.jsonl")
+    lines = [[str(r["mode"]).split(":")[0], str(r["canvas"]), f"{r['uint8_mb_per_batch']:.2f} MiB",
+              number(r["host_read_ms"], 1), number(r["prepare_ms"], 1)] for r in rows]
+    header = ["", "canvas", "uint8 per batch", "host read (decode, shrink, pad), ms", "`prepare` (PyTorch, CPU), ms"]
+    return table(header, lines or _absent("mixed_orientation.py", 5), "ll" + "r" * 3)
+
+
+def batcher_gil(results: Results) -> list[str]:
+    """The pipelined batcher against engines that differ only in GIL-held launch time."""
+    rows = results.jsonl("cpu_batcher_gil.jsonl")
+    lines = []
+    for r in rows:
+        note = " (launch = device time: host-bound)" if r["launch_ms"] >= r["device_ms"] else ""
+        lines.append([f"{r['launch_ms']:g} ms{note}", number(r["engine_img_s"]), number(r["batcher_img_s"]),
+                      f"{r['batcher_share']:.3f}"])
+    header = ["GIL-held launch per batch", "engine alone img/s", "batcher img/s", "batcher / engine"]
+    return table(header, lines or _absent("batcher_gil.py", 4), "rrrr")
+
+
+def load_client(results: Results) -> list[str]:
+    """cnnbench's load client and plain httpx on the same Poisson arrivals, one process each."""
+    rows = results.jsonl("cpu_load_client.jsonl")
+
+    def cell(row: dict | None) -> str:
+        if row is None:
+            return "—"
+        p50 = row["p50_ms"]
+        latency = f"{p50 / 1000:.1f} s" if p50 >= 1000 else f"{p50:.1f} ms"
+        lag = row["client_lag_p99_ms"]
+        lag_text = f"{lag / 1000:.1f} s" if lag >= 1000 else f"{lag:.1f} ms"
+        return f"{number(row['answered_rps'])}, {latency}, {lag_text}"
+
+    offered = sorted({r["offered_rps"] for r in rows})
+    by = {(r["client"], r["offered_rps"]): r for r in rows}
+    lines = [[number(rate), cell(by.get(("cnnbench", rate))), cell(by.get(("httpx", rate)))] for rate in offered]
+    header = ["offered req/s", "cnnbench client: answered/s, p50, client lag p99",
+              "plain httpx: answered/s, p50, client lag p99"]
+    return table(header, lines or _absent("load_client.py", 3), "rll")
