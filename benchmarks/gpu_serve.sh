@@ -138,7 +138,11 @@ start_server() {  # start_server SPEC BACKEND LOG [serve args]: its pid in $pid 
 }
 # Saturation with front ends: 8,000 req/s offered was all answered on the H200 (2026-12-04), so offer twice that.
 fe_high=$((high * 2))
-part frontends && for config in torch-graphs jax; do
+# FRONTENDS_CONFIGS picks the engines (default both); each is about 4-5 minutes, so the runbook gives each
+# a section of its own. The JPEG curve is measured with the first engine only: decoding in the front ends is
+# its bound, whatever the engine.
+configs=(${FRONTENDS_CONFIGS:-torch-graphs jax})
+part frontends && for config in "${configs[@]}"; do
   backend=${config%-graphs}
   this_spec=$spec; [[ $config == *-graphs ]] && this_spec=$graphs_spec
   log=$out/serve_frontends_$config.log
@@ -151,7 +155,7 @@ part frontends && for config in torch-graphs jax; do
     wrk_check "$out/frontends_http.csv"
     stop "$pid" "$log"
   done
-  for fe in 1 2 4 8; do
+  [[ $config == "${configs[0]}" ]] && for fe in 1 2 4 8; do
     echo "== $config frontends $fe jpeg" >> "$log"
     start_server "$this_spec" "$backend" "$log" --frontends "$fe"
     load "$out/frontends_http.csv" "$jpeg_rate" jpeg --source-size 500x375

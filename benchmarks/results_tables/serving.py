@@ -91,7 +91,11 @@ def serving(results: Results) -> list[str]:
 
 
 FRONTENDS_DIR = "h200_serve_frontends"
-FRONTENDS_ABSENT = missing("serving-frontends")
+
+
+def absent(config: str) -> str:
+    """The runbook section that makes the front-end rows of one engine."""
+    return missing("serving-frontends-jax" if config == "jax" else "serving-frontends")
 
 
 def _option(options: str | None, name: str) -> str | None:
@@ -118,7 +122,7 @@ def frontends(results: Results) -> list[str]:
 
     def cell(config: str, fe: int, client: str, kind: str, offered: float, text) -> str:
         row = found.get((config, str(fe), client, kind, offered))
-        return text(row) if row else FRONTENDS_ABSENT
+        return text(row) if row else absent(config)
 
     def share(config: str, row: Row) -> str:
         engine = pipeline.get(config, {}).get("engine_img_s")
@@ -128,12 +132,12 @@ def frontends(results: Results) -> list[str]:
     def load_rate(config: str, fe: int) -> str:
         offered = sorted({k[4] for k in found if k[:4] == (config, str(fe), "cnnbench load", "raw") and k[4] > 100})
         if not offered:
-            return FRONTENDS_ABSENT
+            return absent(config)
         row = found[(config, str(fe), "cnnbench load", "raw", offered[-1])]
         return f"{share(config, row)} of {number(offered[-1])} offered, p99 {number(row['latency_ms_p99'], 1)} ms"
 
     lines = [["engine alone, batch 32, img/s",
-              *(number(pipeline[c]["engine_img_s"]) if c in pipeline else FRONTENDS_ABSENT for c in configs)]]
+              *(number(pipeline[c]["engine_img_s"]) if c in pipeline else absent(c) for c in configs)]]
     for fe in (0, 4):
         where = "one process" if fe == 0 else f"{fe} front ends"
         lines.append([f"{where}, raw at saturation, wrk (closed loop, 512 connections): answered req/s, p99",
@@ -144,10 +148,15 @@ def frontends(results: Results) -> list[str]:
         lines.append([f"{where}, raw, 100 req/s: p50 / p99 ms (target: 5 ms deadline + one batch of 8 + 5 ms)",
                       *(cell(c, fe, "cnnbench load", "raw", 100, lambda r, c=c: f"{number(r['latency_ms_p50'], 1)} / "
                              f"{number(r['latency_ms_p99'], 1)}{p99_target(pipeline, c)}") for c in configs)])
+    def jpeg(config: str, fe: int) -> str:
+        if config != configs[0] and (config, str(fe), "cnnbench load", "jpeg", 4000) not in found:
+            return "(measured with PyTorch only: the front ends' decoding is the bound)"
+        return cell(config, fe, "cnnbench load", "jpeg", 4000,
+                    lambda r: f"{number(r['images_per_sec'])}, {number(r['latency_ms_p99'], 1)}")
+
     for fe in (1, 2, 4, 8):
         lines.append([f"JPEG 500x375, {fe} front end(s), 4,000 req/s offered: answered img/s, p99 ms",
-                      *(cell(c, fe, "cnnbench load", "jpeg", 4000, lambda r: f"{number(r['images_per_sec'])}, "
-                             f"{number(r['latency_ms_p99'], 1)}") for c in configs)])
+                      *(jpeg(c, fe) for c in configs)])
     shown = {f"{FRONTENDS_DIR}/pipeline.jsonl": list(pipeline.values()),
              f"{FRONTENDS_DIR}/frontends_http.csv": list(found.values())}
     return table(["", "torch, CUDA graphs", "jax"], lines, "lrr") + ["", provenance(shown)]

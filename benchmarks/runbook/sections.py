@@ -179,10 +179,18 @@ SECTIONS["health-known"] = Section(
 SERVE_DEPS = (*CORE, *INFER, TORCH, JAX, "cnnbench/serve", "benchmarks/gpu_serve.sh", "benchmarks/serve_clients.py",
               "benchmarks/serve_pipeline.py")
 SECTIONS["serving-frontends"] = Section(
-    "serving-frontends", 6, "cnnbench serve with 0 and 4 front ends, raw at saturation by cnnbench load and by wrk, "
-    "JPEG with 1/2/4/8 front ends, PyTorch CUDA graphs and JAX (gpu_serve.sh PARTS=frontends)",
-    script("benchmarks/gpu_serve.sh", "h200_serve_frontends", 520, PARTS="frontends"),
-    SERVE_DEPS, (Output("h200_serve_frontends/frontends_http.csv"),),
+    "serving-frontends", 6, "PyTorch with CUDA graphs: the engine alone, cnnbench serve with 0 and 4 front ends at "
+    "100 req/s and raw at saturation by cnnbench load and by wrk, JPEG with 1/2/4/8 front ends "
+    "(gpu_serve.sh PARTS=frontends)",
+    script("benchmarks/gpu_serve.sh", "h200_serve_frontends", 520, PARTS="frontends",
+           FRONTENDS_CONFIGS="torch-graphs"),
+    SERVE_DEPS, (Output("h200_serve_frontends/frontends_http.csv", field_is("backend", "torch")),),
+    needs=("starlette", "uvicorn", "httptools"))
+SECTIONS["serving-frontends-jax"] = Section(
+    "serving-frontends-jax", 5, "JAX: the engine alone, cnnbench serve with 0 and 4 front ends at 100 req/s and raw "
+    "at saturation by cnnbench load and by wrk (gpu_serve.sh PARTS=frontends)",
+    script("benchmarks/gpu_serve.sh", "h200_serve_frontends", 460, PARTS="frontends", FRONTENDS_CONFIGS="jax"),
+    SERVE_DEPS, (Output("h200_serve_frontends/frontends_http.csv", field_is("backend", "jax")),),
     needs=("starlette", "uvicorn", "httptools"))
 SECTIONS["serving-sweep"] = Section(
     "serving-sweep", 6, "PyTorch CUDA graphs served raw at saturation with 1/2/4/7 front ends on SO_REUSEPORT "
