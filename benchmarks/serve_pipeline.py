@@ -125,7 +125,12 @@ def measure(spec_path: str, backend: str, device: str, out: str) -> None:
     for buffer in buffers:
         buffer[:] = rng.integers(0, 256, buffer.shape, dtype=np.uint8)
     engine_img_s, batch_ms = engine_rate(engine, buffers, serve.max_batch)
-    result = {"backend": backend, "cuda_graphs": variant.cuda_graphs, "model": run.model,
+    import datetime as dt
+
+    from cnnbench.envinfo import git_sha
+
+    result = {"git_sha": git_sha(), "timestamp_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+              "backend": backend, "cuda_graphs": variant.cuda_graphs, "model": run.model,
               "precision": run.precision, "max_batch": serve.max_batch,
               "device_name": engine.device_name(), "engine_img_s": engine_img_s, "batch_ms": batch_ms,
               "pad_multiple": serve.pad_multiple, "timeout_ms": serve.timeout_ms,

@@ -149,3 +149,14 @@ def test_health_tables_come_from_the_health_known_folder_and_say_which_check_fai
     energy = "\n".join(health.energy(Results(tmp_path)))
     assert "| train | torch/ddp | 256 | 4,800 | 0.1250 | 8.0 | 600 |" in energy  # images per joule = 1 / J
     assert "| 4,800 |" in "\n".join(health.training(Results(tmp_path)))  # the same folder's profiled row
+
+
+def test_wrk_rows_count_200s_and_older_rows_are_scaled_by_their_200_share():
+    from results_tables.serving import answered_200, refused
+
+    older = {"backend_options": "frontends=7;client=wrk;connections=512", "images_per_sec": 12882.58,
+             "requests": 36537, "requests_offered": 39934, "errors_by_status": "non2xx=3397"}
+    assert round(answered_200(older)) == 11787
+    assert answered_200({**older, "backend_options": older["backend_options"] + ";wrk_rate=2xx"}) == 12882.58
+    assert answered_200({**older, "backend_options": "frontends=7"}) == 12882.58  # cnnbench load counts 200s
+    assert refused(older) == ", 3,397 refused (503)" and refused({"errors_by_status": "timeout=5"}) == ""

@@ -18,7 +18,8 @@ MAX_FRONTENDS = 32  # the ring's header keeps one row of request counters per fr
 def default_frontends(cores: int | None = None) -> int:
     """Front-end processes for a host of ``cores``: none below 4 cores (the engine process and a load
     client on the same host leave no core for a separate front end), else one per two cores beyond the
-    engine's two, at most 8 (the GPU benchmark measures 1, 2, 4 and 8)."""
+    engine's two, at most 8. On a 16-core H200 host (7 front ends) raw requests reached the engine's rate from
+    4 front ends on and JPEG decoding kept gaining up to 8 (docs/serving.md, `benchmarks/gpu.py serving-sweep`)."""
     cores = cores or os.cpu_count() or 1
     return 0 if cores < 4 else max(1, min(8, (cores - 2) // 2))
 
