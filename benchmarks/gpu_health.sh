@@ -10,7 +10,7 @@
 #   layers:  ResNet-50 inference at 1080x1920, batch 8 vs 16; cudnn.benchmark; loader workers and CUDA.
 # SECTIONS (default: all, in this order) picks some, e.g. SECTIONS=known,train,pinned,energy.
 # Writes into OUT_DIR: health_rows.csv, infer_rows.csv, health_torch.md, health_jax.md,
-# health_infer_*.md, known.jsonl, pitfalls.jsonl, summary.txt, tables.md.
+# health_infer_*.md, known.jsonl, pitfalls.jsonl, tables.md.
 # Usage: benchmarks/gpu_health.sh OUT_DIR      SMOKE=1: tiny sizes on the CPU (checks the script).
 # BUDGET_S (default 600) caps the whole; a step that would start past it is skipped.
 set -uo pipefail
@@ -193,7 +193,6 @@ fi
 
 cp "$rows" "$out/health_rows.csv" 2>/dev/null
 cp "$infer_rows" "$out/infer_rows.csv" 2>/dev/null
-"$py" benchmarks/health_pitfalls.py summary --rows "$out/health_rows.csv" --probes "$probes" | tee "$out/summary.txt"
 "$py" benchmarks/health_tables.py --rows "$out/health_rows.csv" --infer-rows "$out/infer_rows.csv" \
   --known "$out/known.jsonl" | tee "$out/tables.md"
 echo "total $((SECONDS - begun)) s"

@@ -153,7 +153,8 @@ def smoke() -> None:
         port = probe.getsockname()[1]
     server = subprocess.Popen([sys.executable, __file__, "serve", str(spec), "torch", "cpu", str(port),
                                "--max-batch", "4", "--batch-timeout-ms", "5", "--api-servers", "2"],
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                  filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))})
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(url, 120)

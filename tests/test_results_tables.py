@@ -109,8 +109,8 @@ def test_the_low_rate_p99_is_shown_against_its_target_from_the_engine_of_the_sam
     shutil.copytree(REPO / "results", results)
     pipeline = results / "h200_serve_frontends" / "pipeline.jsonl"
     lines = [json.loads(line) for line in pipeline.read_text().splitlines()]
-    jax = {**next(item for item in lines if item["backend"] == "jax"), "small_batch_ms": 3.25, "pad_multiple": 8,
-           "timeout_ms": 5.0}
+    newest_jax = [item for item in lines if item["backend"] == "jax"][-1]  # a later copy of it wins, as a rerun would
+    jax = {**newest_jax, "small_batch_ms": 3.25, "pad_multiple": 8, "timeout_ms": 5.0}
     pipeline.write_text(pipeline.read_text() + json.dumps(jax) + "\n")
     page = tables.generate(PAGE.read_text(), results)
     block = next(m.group("body") for m in BLOCK.finditer(page) if m.group("name") == "serving-frontends")
