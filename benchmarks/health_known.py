@@ -17,11 +17,14 @@ as ``cnnbench health`` (cnnbench/report/health.py):
   own work between the sync and the next launch idles the GPU too, about 0.4 ms a step, which
   long steps keep under a point);
 - ``h2d``: float32 batches in pageable host memory copied to the device: H2D bytes per image exactly
-  3 x 224 x 224 x 4 and no kernels; PyTorch: memcpy share within 3 points of the traced copies' device
-  time from CUDA events around each / window (a first version timed other copies, made after the
-  trace, and read 81% against the trace's 91% on the H200); JAX stages pageable arrays on its own
-  host threads (``H2D Dispatch``) and copies from pinned bounce buffers, so there the share is only
-  checked to be above zero;
+  3 x 224 x 224 x 4 and no kernels. A pageable copy holds its stream while the host stages the bytes
+  into the driver's pinned buffers, and no DMA runs during the first chunk's staging: CUDA events
+  around each copy time the stream (97% of the window on an H100), the trace's copy records the DMA
+  (90%). So PyTorch's memcpy share must lie between 0.8 of the events' share and that share (+1
+  point); JAX stages pageable arrays on its own host threads (``H2D Dispatch``) and copies from
+  pinned bounce buffers, so there the share is only checked to be above zero;
+- ``h2d_pinned`` (PyTorch): the same batches from pinned memory, ``non_blocking``: the events bracket
+  the DMA alone, so the memcpy share is within 3 points of the events' device time / window;
 - ``sync``: products, a blocking wait for them (PyTorch ``cudaStreamSynchronize``; JAX
   ``block_until_ready``), one more product: sync share within 3 points of the time the host measured
   inside that wait / window.
@@ -85,7 +88,9 @@ class TorchLoop:
         self.torch.cuda.current_stream().synchronize()  # cudaStreamSynchronize
 
     def h2d(self, host) -> None:
-        self.kept = self.torch.from_numpy(host).to("cuda")  # pageable source
+        """HOST: a numpy array (pageable source) or a pinned tensor (copied without blocking the host)."""
+        source = self.torch.from_numpy(host) if not isinstance(host, self.torch.Tensor) else host
+        self.kept = source.to("cuda", non_blocking=source.is_pinned())
 
     def bracketed_h2d(self, host) -> tuple:
         """One copy between two CUDA events on its stream (read them after the window: no sync here)."""
@@ -250,25 +255,31 @@ def sleep_case(loop, folder: Path, steps: int = 10) -> None:
           abs(facts.busy_share - expected) <= 0.03, sleep_ms=1000 * sleep_s, step_ms=1000 * window_s / steps)
 
 
-def h2d_case(loop, folder: Path, batch: int = 64, steps: int = 20) -> None:
+def h2d_case(loop, folder: Path, pinned: bool = False, batch: int = 64, steps: int = 20) -> None:
     import numpy as np
 
     host = np.random.default_rng(0).random((batch, *IMAGE), dtype=np.float32)  # pageable
+    case = "h2d_pinned" if pinned else "h2d"
     bracketed: list[tuple] = []
     torch_loop = isinstance(loop, TorchLoop)
+    if pinned:
+        host = loop.torch.from_numpy(host).pin_memory()
     step = (lambda: bracketed.append(loop.bracketed_h2d(host))) if torch_loop else (lambda: loop.h2d(host))
-    facts, _, _ = traced(loop, folder / "h2d", steps, step)
+    facts, _, _ = traced(loop, folder / case, steps, step)
     per_image = facts.h2d_bytes / (batch * steps) if facts.h2d_bytes is not None else None
     exact = int(np.prod(IMAGE)) * 4
-    check(loop.name, "h2d", "h2d_bytes_per_image", per_image, f"== {exact}", per_image == exact)
+    check(loop.name, case, "h2d_bytes_per_image", per_image, f"== {exact}", per_image == exact)
     share = facts.memcpy_share or 0.0
-    if torch_loop:  # the traced copies' own device time, from the CUDA events around each
-        expected = sum(b.elapsed_time(e) for b, e in bracketed[-steps:]) / facts.window_ms
-        ok, wanted = abs(share - expected) <= 0.03, f"{expected:.4f} +- 0.03"
+    if torch_loop:  # the traced copies' stream time, from the CUDA events around each
+        events = sum(b.elapsed_time(e) for b, e in bracketed[-steps:]) / facts.window_ms
+        if pinned:  # the events bracket the DMA alone
+            ok, wanted = abs(share - events) <= 0.03, f"{events:.4f} +- 0.03"
+        else:  # the stream also waits while the host stages the first chunk: no DMA then
+            ok, wanted = 0.8 * events <= share <= events + 0.01, f"{0.8 * events:.4f} to {events + 0.01:.4f}"
     else:
-        ok, wanted = share > 0, "> 0"
-    check(loop.name, "h2d", "memcpy_share", share, wanted + " and no kernels", ok and facts.busy_share == 0,
-          gpu_busy=facts.busy_share)
+        events, ok, wanted = None, share > 0, "> 0"
+    check(loop.name, case, "memcpy_share", share, wanted + " and no kernels", ok and facts.busy_share == 0,
+          gpu_busy=facts.busy_share, events_share=events)
 
 
 def sync_case(loop, folder: Path) -> None:
@@ -311,13 +322,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("framework", choices=["torch", "jax"])
     parser.add_argument("--traces", type=Path, help="keep the traces here (default: a temporary folder)")
     parser.add_argument("--lanes", action="store_true", help="list the matmul trace's lanes")
-    parser.add_argument("--cases", default="matmul,sleep,h2d,sync")
+    parser.add_argument("--cases", help="default: matmul,sleep,h2d,sync, and h2d_pinned for torch")
     args = parser.parse_args(argv)
     loop = TorchLoop() if args.framework == "torch" else JaxLoop()
     folder = args.traces or Path(tempfile.mkdtemp(prefix="health_known_"))
     cases = {"matmul": lambda: matmul_case(loop, folder, args.lanes), "sleep": lambda: sleep_case(loop, folder),
-             "h2d": lambda: h2d_case(loop, folder), "sync": lambda: sync_case(loop, folder)}
-    for name in args.cases.split(","):
+             "h2d": lambda: h2d_case(loop, folder), "h2d_pinned": lambda: h2d_case(loop, folder, pinned=True),
+             "sync": lambda: sync_case(loop, folder)}
+    pinned = ",h2d_pinned" if args.framework == "torch" else ""  # JAX's device_put stages every host array
+    for name in (args.cases or f"matmul,sleep,h2d{pinned},sync").split(","):
         try:
             cases[name]()
         except Exception as exc:  # noqa: BLE001 - one broken case must not hide the others

@@ -17,24 +17,33 @@ def _unit(value: float | None, unit: str) -> str:
     return "—" if value is None else number(value) + unit
 
 
+def _card(row: Row) -> str:
+    """The card's short name (H100, H200) from the row's device name."""
+    name = str(row.get("device_name") or "")
+    return next((word for word in name.split() if word[:1] in "HABL" and word[1:].isdigit()), name or "—")
+
+
 def training(results: Results) -> list[str]:
-    """Profiled training as `cnnbench health` reads it: the newest row per backend of either section."""
+    """Profiled training as `cnnbench health` reads it: the newest row per card and backend of either
+    section (a section may run on an H100 as well as on the H200; their rows are not mixed)."""
     files = ("h200_health.csv", f"{KNOWN_DIR}/health_rows.csv")
     rows = [r for name in files for r in results.csv(name) if r["spec_name"] == "health_profile"]
-    latest = newest(rows, lambda r: r["backend"])
+    latest = newest(rows, lambda r: (_card(r), r["backend"]))
     lines = []
-    for backend, strategy in (("torch", "ddp"), ("jax", "sharded")):
-        row = latest.get(backend)
-        if not ok(row):
-            lines.append([f"{backend} / {strategy}", ABSENT if row is None else str(row["status"]), *[""] * 6])
-            continue
-        lines.append([f"{backend} / {strategy}", number(row["images_per_sec"]), share(row.get("device_busy_share")),
-                      share(row.get("copy_share")), share(row.get("sync_share")),
-                      number(row.get("h2d_bytes_per_image")), _unit(row.get("nvml_gpu_util_pct"), "%"),
-                      _unit(row.get("nvml_power_w"), " W")])
-    header = ["backend", "img/s", "GPU busy", "memcpy", "sync", "H2D bytes/image", "NVML util", "power"]
+    for card in sorted({c for c, _ in latest}, key=lambda c: c != "H200") or ["—"]:
+        for backend, strategy in (("torch", "ddp"), ("jax", "sharded")):
+            row = latest.get((card, backend))
+            if not ok(row):
+                lines.append([card, f"{backend} / {strategy}", ABSENT if row is None else str(row["status"]),
+                              *[""] * 6])
+                continue
+            lines.append([card, f"{backend} / {strategy}", number(row["images_per_sec"]),
+                          share(row.get("device_busy_share")), share(row.get("copy_share")),
+                          share(row.get("sync_share")), number(row.get("h2d_bytes_per_image")),
+                          _unit(row.get("nvml_gpu_util_pct"), "%"), _unit(row.get("nvml_power_w"), " W")])
+    header = ["card", "backend", "img/s", "GPU busy", "memcpy", "sync", "H2D bytes/image", "NVML util", "power"]
     shown = {name: [r for r in latest.values() if r in results.csv(name)] for name in files}
-    return table(header, lines) + ["", provenance(shown)]
+    return table(header, lines, "ll" + "r" * 7) + ["", provenance(shown)]
 
 
 def energy(results: Results) -> list[str]:
