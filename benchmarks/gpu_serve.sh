@@ -14,12 +14,16 @@
 #      when they differ by more than 10 %); JPEG 500x375 at saturation with 1, 2, 4 and 8 front ends;
 #   sweep: PyTorch with CUDA graphs raw at saturation with 1, 2, 4, 7 front ends (SO_REUSEPORT) and 4, 7 on one
 #      shared socket, by both clients: what the default front-end count and socket mode rest on;
-#   5. the 1080x1920 JPEG frames of experiments/frames_1080p_infer.toml (max batch 16), 4 front ends;
-#   6. the same model behind LitServe (benchmarks/litserve_peer.py), raw and JPEG at saturation.
+#   frames: the seed's case, 1080x1920 JPEG frames (about 280 KB) at a 1080x1920 model input, max batch 16,
+#      PyTorch fp16: `cnnbench infer` of the same spec first (the rate to reach, same invocation), then
+#      `cnnbench serve` with its default front ends at saturation;
+#   litserve: PyTorch eager, the engine alone; cnnbench serve with 0 and the default front ends; the same engine
+#      behind LitServe (benchmarks/litserve_peer.py) with 1 and 4 inference workers; raw and JPEG at saturation.
 # Every step runs under timeout; a step that fails says so and the script goes on.
 # Usage: benchmarks/gpu_serve.sh OUT_DIR  (SMOKE=1: a tiny CPU model and small rates, as a dry run)
-# Writes OUT_DIR/serve_http.csv, stack_http.csv, frontends_http.csv, litserve_http.csv, pipeline.jsonl, serve_{numpy,torch,torch-graphs,jax}.log; prints
-# the summary. About 6-7 minutes on an H200 host.
+# Writes OUT_DIR/serve_http.csv, stack_http.csv, frontends_http.csv, frames_infer.csv, frames_http.csv,
+# peers_http.csv, litserve_http.csv, pipeline.jsonl and a log per part; prints the summary. PARTS picks the
+# parts (each fits a 10-minute call; the runbook's serving-* sections name them).
 set -uo pipefail
 out=${1:?usage: gpu_serve.sh OUT_DIR}
 mkdir -p "$out"
@@ -67,7 +71,8 @@ load() {  # load CSV RATE INPUT [extra args]: one row
   # rate: at 100 req/s, 512 connections would each idle past uvicorn's 5 s keep-alive and reconnect
   local procs=$(( rate / 2500 + 1 )); ((procs > max_procs)) && procs=$max_procs
   local conns=$(( rate / 8 )); ((conns < 32)) && conns=32; ((conns > 512)) && conns=512
-  timeout 60 "$py" -m cnnbench.cli load "$url" --rate "$rate" --requests $((rate * secs)) --duration "$secs" \
+  # the outer limit covers the wait for the server (--wait 150), the seconds of load and the last answers
+  timeout $((150 + secs + 40)) "$py" -m cnnbench.cli load "$url" --rate "$rate" --requests $((rate * secs)) --duration "$secs" \
     --input "$input" --processes "$procs" --connections "$conns" --timeout 20 --wait 150 --out "$csv" "$@" \
     || echo "load $rate $input: failed ($?)"
 }
@@ -82,8 +87,10 @@ stop() {  # stop PID LOG: SIGTERM (the server drains), bounded wait, the exit co
 #    uvicorn's default parser (httptools where installed) and with the pure-Python h11.
 # PARTS picks what runs (each part fits a 10-minute call on its own): base (the HTTP stack alone, each engine
 # alone and in one process at several rates), frontends (0 and 4 front ends raw by both clients, 1/2/4/8 for
-# JPEG), sweep (1/2/4/7 front ends, SO_REUSEPORT or one shared socket), peers (the 1080p frames case, LitServe).
-parts=${PARTS:-base,frontends,sweep,peers}
+# JPEG), sweep (1/2/4/7 front ends, SO_REUSEPORT or one shared socket), frames (the 1080p frames case),
+# litserve (LitServe beside cnnbench serve); peers = frames and litserve.
+parts=${PARTS:-base,frontends,sweep,frames,litserve}
+[[ ",$parts," == *",peers,"* ]] && parts="$parts,frames,litserve"
 part() { [[ ",$parts," == *",$1,"* ]]; }
 part base && for parser in auto h11; do
   NUMPY_ENGINE_SHAPE=$shape "$py" tests/numpy_serve_engine.py "$port" 0 32 512 5 dynamic "$parser" \
@@ -131,6 +138,23 @@ wrk_check() {  # wrk_check CSV: wrk with the connections of the last saturation 
     echo "wrk not installed: apt-get install wrk"
   fi
 }
+http_ok() {  # http_ok PORT PATH: true when GET PATH on loopback answers 200 (bash alone: no curl needed)
+  local line
+  { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
+  printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' "$2" >&3
+  IFS= read -r -t 5 line <&3
+  exec 3>&-
+  [[ $line == *" 200 "* ]]
+}
+ready() {  # ready PID PORT PATH LIMIT_S: wait until the server answers PATH; false when it exits first or the
+  local pid=$1 at=$2 path=$3 limit=$4 waited=0  # limit passes (a failed start no longer costs load's --wait)
+  while ((waited < limit)); do
+    http_ok "$at" "$path" && return 0
+    kill -0 "$pid" 2>/dev/null || { echo "server on port $at exited before it was ready"; return 1; }
+    sleep 1; ((waited++))
+  done
+  echo "server on port $at not ready after ${limit} s"; return 1
+}
 start_server() {  # start_server SPEC BACKEND LOG [serve args]: its pid in $pid (a child of this shell, so
   local this_spec=$1 backend=$2 log=$3; shift 3  # that stop can wait for it and log its exit code)
   "$py" -m cnnbench.cli serve "$this_spec" -b "$backend" --device "$device" --port "$port" "$@" >> "$log" 2>&1 &
@@ -176,26 +200,61 @@ part sweep && for setting in 1:reuseport 2:reuseport 4:reuseport 7:reuseport 4:s
   wrk_check "$out/frontends_http.csv"
   stop "$pid" "$log"
 done
-if part peers && [[ ${SMOKE:-0} != 1 ]]; then  # the seed's case: 1080p JPEG frames at a 1080p model input
+# The seed's case: 1080x1920 JPEG frames at a 1080x1920 model input, max batch 16, PyTorch fp16 (eager: the
+# forward is all large convolutions, and a compile of two padded shapes would take the part's minutes). The
+# rate to reach is `cnnbench infer` of the same spec in the same invocation; the queue is kept at 64 frames
+# (6 MB each in the shared-memory ring).
+if part frames; then
   log=$out/serve_frames.log
-  start_server experiments/frames_1080p_infer.toml torch "$log" --frontends 4 --max-batch 16
-  load "$out/frontends_http.csv" 1000 jpeg --source-size 1920x1080
+  frames_spec=$(mktemp -d)/frames_serve.toml
+  if [[ ${SMOKE:-0} == 1 ]]; then
+    "$py" benchmarks/spec_variant.py "$spec" "$frames_spec" 'name="frames_serve"' 'image_size=24' \
+      'backends=["torch"]' serve.max_batch=4 serve.max_queue=16 'infer.batch_sizes=[4]' >/dev/null
+    frames_rate=40; frames_size=48x32
+  else
+    "$py" benchmarks/spec_variant.py experiments/frames_1080p_infer.toml "$frames_spec" 'name="frames_serve"' \
+      'dataset="synthetic"' del:data_path num_classes=1000 'precision=["fp16"]' 'backends=["torch"]' \
+      compile=false serve.max_batch=16 serve.max_queue=64 timeout_s=240 >/dev/null
+    frames_rate=1000; frames_size=1920x1080
+  fi
+  timeout 270 "$py" -m cnnbench.cli infer "$frames_spec" -b torch --device "$device" --out "$out/frames_infer.csv" \
+    --no-report >> "$log" 2>&1 || echo "frames infer: failed ($?)"
+  start_server "$frames_spec" torch "$log"
+  ready "$pid" "$port" /v2/health/ready 200 && load "$out/frames_http.csv" "$frames_rate" jpeg --source-size "$frames_size"
   stop "$pid" "$log"
 fi
-# LitServe: the same engine, its batching (max_batch_size, batch_timeout), 4 uvicorn front ends
-if part peers; then
-log=$out/serve_litserve.log
-litport=$((port + 1))
-timeout 600 "$py" benchmarks/litserve_peer.py serve "$spec" torch "$device" "$litport" --max-batch "$([[ ${SMOKE:-0} == 1 ]] && echo 8 || echo 32)" \
-  --api-servers 4 >> "$log" 2>&1 &
-lpid=$!
-for _ in $(seq 150); do curl -sf "http://127.0.0.1:$litport/health" >/dev/null && break; sleep 1; done
-for input in raw jpeg; do
-  timeout 90 "$py" benchmarks/litserve_peer.py load "http://127.0.0.1:$litport" "$input" "$high" "$secs" \
-    "$(conns_for "$high")" "$out/litserve_http.csv" --shape "$shape" --source-size 500x375 \
-    --info '{"backend": "torch", "model": "'"$(basename "$spec" .toml)"'"}' || echo "litserve $input: failed ($?)"
-done
-kill -TERM "$lpid"; timeout 30 tail --pid="$lpid" -f /dev/null || kill -KILL "$lpid"
+# LitServe beside cnnbench serve, the same engine (PyTorch eager, as LitServe's predict calls it) and load:
+# the engine alone, cnnbench serve with one process and with its default front ends, LitServe with 1 and 4
+# inference workers (4 uvicorn API servers; batches padded and warmed up as cnnbench's, litserve_peer.py).
+if part litserve; then
+  log=$out/serve_litserve.log
+  part base || engine_alone torch "$log"
+  for fe in 0 default; do
+    echo "== torch frontends $fe" >> "$log"
+    if [[ $fe == default ]]; then start_server "$spec" torch "$log"; else start_server "$spec" torch "$log" --frontends 0; fi
+    if ready "$pid" "$port" /v2/health/ready 150; then
+      load "$out/peers_http.csv" "$high" raw
+      load "$out/peers_http.csv" "$jpeg_rate" jpeg --source-size 500x375
+    fi
+    stop "$pid" "$log"
+  done
+  litport=$((port + 1))
+  for workers in 1 4; do
+    echo "== litserve workers $workers" >> "$log"
+    # its own process group: LitServe's API servers and workers are children that outlive a signal to one pid
+    setsid timeout 300 "$py" benchmarks/litserve_peer.py serve "$spec" torch "$device" "$litport" \
+      --max-batch "$([[ ${SMOKE:-0} == 1 ]] && echo 8 || echo 32)" --workers "$workers" --api-servers 4 >> "$log" 2>&1 &
+    lpid=$!
+    ready "$lpid" "$litport" /health 150 && for input in raw jpeg; do
+      rate=$high; [[ $input == jpeg ]] && rate=$jpeg_rate
+      timeout 90 "$py" benchmarks/litserve_peer.py load "http://127.0.0.1:$litport" "$input" "$rate" "$secs" \
+        "$(conns_for "$rate")" "$out/litserve_http.csv" --shape "$shape" --source-size 500x375 \
+        --info '{"backend": "torch", "model": "'"$(basename "$spec" .toml)"'", "backend_options": "server=litserve;workers='"$workers"';api_servers=4"}' \
+        || echo "litserve $input: failed ($?)"
+    done
+    kill -TERM -- -"$lpid" 2>/dev/null; timeout 30 tail --pid="$lpid" -f /dev/null || kill -KILL -- -"$lpid"
+    pkill -KILL -f "litserve_peer.py serve" 2>/dev/null  # any worker that left the group
+  done
 fi
 rm -f "$out"/*.lock
 "$py" benchmarks/serve_pipeline.py summary "$out"

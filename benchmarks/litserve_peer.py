@@ -3,6 +3,13 @@ same engine (cnnbench's serving engine of the backend: same weights, precision, 
 on the device), with LitServe's own batching (``max_batch_size``, ``batch_timeout``), its inference
 workers (``workers_per_device``) and its uvicorn front ends (``num_api_servers``).
 
+Each batch LitServe hands over is padded to the sizes cnnbench's batcher launches (a multiple of the
+spec's ``serve.pad_multiple``, at most the max batch; padding rows dropped from the answer), and every
+one of those sizes runs twice in ``setup`` before the worker takes requests: unpadded, every batch
+size from 1 to 32 is a new shape, and cuDNN's autotuning of each new shape inside the timed seconds
+made the first H200 run answer 330 requests/s with a p50 of 49 s. So the peer gets what cnnbench's
+own server does before it says ready, and what differs is LitServe's request path.
+
 LitServe reads each request as JSON (or a form), so a request carries its bytes base64-encoded:
 ``{"tensor": b64}`` (a raw uint8 H,W,C tensor of the model's shape) or ``{"image": b64}`` (JPEG/PNG,
 decoded and resized in the worker, as cnnbench's server does in its decode threads).
@@ -20,6 +27,7 @@ import argparse
 import base64
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -34,16 +42,30 @@ sys.path.insert(0, str(REPO))
 
 import litserve as ls  # noqa: E402
 
+from cnnbench.infer.batcher import batch_shapes, padded_size  # noqa: E402
 from cnnbench.infer.images import decode_image  # noqa: E402
 
 
 class CnnbenchAPI(ls.LitAPI):
-    def __init__(self, recipe, image_shape: tuple[int, int, int], max_batch: int, batch_timeout_s: float) -> None:
+    def __init__(self, recipe, image_shape: tuple[int, int, int], max_batch: int, batch_timeout_s: float,
+                 pad_multiple: int) -> None:
         super().__init__(max_batch_size=max_batch, batch_timeout=batch_timeout_s, api_path="/predict")
-        self.recipe, self.image_shape = recipe, tuple(image_shape)
+        self.recipe, self.image_shape, self.pad_multiple = recipe, tuple(image_shape), pad_multiple
 
     def setup(self, device) -> None:
         self.engine = self.recipe.build()
+        for size in batch_shapes(self.max_batch_size, self.pad_multiple):
+            for _ in range(2):  # the first call of a shape autotunes; the second checks it is done
+                self.engine.infer_now(np.zeros((size, *self.image_shape), np.uint8))
+
+    def _forward(self, x: np.ndarray):
+        """cnnbench's batcher's shapes: pad to a multiple (at most the max batch), drop the padding."""
+        valid = len(x)
+        size = padded_size(valid, self.pad_multiple, self.max_batch_size)
+        if size > valid:
+            x = np.concatenate([x, np.zeros((size - valid, *x.shape[1:]), x.dtype)])
+        ids, scores = self.engine.infer_now(x)
+        return ids[:valid], scores[:valid]
 
     def decode_request(self, request):
         if "tensor" in request:
@@ -56,9 +78,9 @@ class CnnbenchAPI(ls.LitAPI):
 
     def predict(self, x):
         if self.max_batch_size == 1:  # LitServe hands one request, unbatched
-            ids, scores = self.engine.infer_now(x[None])
+            ids, scores = self._forward(x[None])
             return ids[0], scores[0]
-        return self.engine.infer_now(x)
+        return self._forward(x)
 
     def unbatch(self, output):
         ids, scores = output
@@ -82,7 +104,8 @@ def serve(spec_path: str, backend: str, device: str, port: int, max_batch: int, 
     env = dict(load_backend(backend).launch_layout(run).env)
     recipe = EngineRecipe("cnnbench.serve.command", "backend_engine",
                           (backend, run, variant, spec.serve.top_k, spec.serve.pad_multiple), tuple(env.items()))
-    api = CnnbenchAPI(recipe, (*run.image_size, run.channels), max_batch, batch_timeout_ms / 1000.0)
+    api = CnnbenchAPI(recipe, (*run.image_size, run.channels), max_batch, batch_timeout_ms / 1000.0,
+                      spec.serve.pad_multiple)
     server = ls.LitServer(api, accelerator="cuda" if device == "gpu" else "cpu", devices=1,
                           workers_per_device=workers, timeout=60)
     server.run(host="127.0.0.1", port=port, num_api_servers=api_servers, generate_client_file=False,
@@ -154,7 +177,8 @@ def smoke() -> None:
     server = subprocess.Popen([sys.executable, __file__, "serve", str(spec), "torch", "cpu", str(port),
                                "--max-batch", "4", "--batch-timeout-ms", "5", "--api-servers", "2"],
                               env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                  filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))})
+                                  filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))},
+                              start_new_session=True)  # its own group: LitServe's workers go with it
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(url, 120)
@@ -166,8 +190,34 @@ def smoke() -> None:
         raw = request_bodies("raw", (16, 16, 3), None, count=1)[0][0]
         assert len(raw) == 16 * 16 * 3
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop_group(server)
+    deadline = time.monotonic() + 15  # killed children are reaped by init a moment later
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(server.pid, 0)
+        except ProcessLookupError:
+            print("litserve smoke: the server and its workers are gone")
+            return
+        time.sleep(0.2)
+    raise SystemExit("litserve smoke: a process of the server's group outlived it by 15 s")
+
+
+def stop_group(server: subprocess.Popen) -> None:
+    """SIGTERM to the server's whole process group (LitServe's API servers and inference workers are its
+    children and outlive a signal to the parent alone), SIGKILL after 30 s."""
+    for sig, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(server.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            server.wait(timeout=wait_s)
+            os.killpg(server.pid, signal.SIGKILL)  # any child still in the group
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        return
 
 
 def main() -> None:

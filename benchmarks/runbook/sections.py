@@ -199,12 +199,19 @@ SECTIONS["serving-sweep"] = Section(
     script("benchmarks/gpu_serve.sh", "h200_serve_sweep", 500, PARTS="sweep"),
     SERVE_DEPS, (Output("h200_serve_sweep/frontends_http.csv"),),
     needs=("starlette", "uvicorn", "httptools"))
+SECTIONS["serving-frames"] = Section(
+    "serving-frames", 3, "the seed's case: 1080x1920 JPEG frames at a 1080x1920 input, max batch 16, PyTorch fp16, "
+    "cnnbench infer of the same spec, then cnnbench serve with its default front ends (gpu_serve.sh PARTS=frames)",
+    script("benchmarks/gpu_serve.sh", "h200_serve_frames", 300, PARTS="frames"),
+    (*SERVE_DEPS, "experiments/frames_1080p_infer.toml", "benchmarks/spec_variant.py"),
+    (Output("h200_serve_frames/frames_http.csv"), Output("h200_serve_frames/frames_infer.csv")),
+    needs=("starlette", "uvicorn", "httptools"))
 SECTIONS["serving-peers"] = Section(
-    "serving-peers", 5, "the seed's 1080p JPEG frames through 4 front ends, and LitServe serving the same engine "
-    "(gpu_serve.sh PARTS=peers)",
-    script("benchmarks/gpu_serve.sh", "h200_serve_peers", 480, PARTS="peers"),
-    (*SERVE_DEPS, "benchmarks/litserve_peer.py", "experiments/frames_1080p_infer.toml"),
-    (Output("h200_serve_peers/frontends_http.csv"), Output("h200_serve_peers/litserve_http.csv")),
+    "serving-peers", 5, "PyTorch eager: the engine alone, cnnbench serve with 0 and the default front ends, the same "
+    "engine behind LitServe with 1 and 4 workers, raw and JPEG at saturation (gpu_serve.sh PARTS=litserve)",
+    script("benchmarks/gpu_serve.sh", "h200_serve_peers", 420, PARTS="litserve"),
+    (*SERVE_DEPS, "benchmarks/litserve_peer.py"),
+    (Output("h200_serve_peers/peers_http.csv"), Output("h200_serve_peers/litserve_http.csv")),
     needs=("starlette", "uvicorn", "httptools", "litserve"))
 SECTIONS["gpu-tests"] = Section("gpu-tests", 6, "the gpu-marked tests (pass counts kept)", gpu_tests,
                                 ("cnnbench", "backends", "tests"), (Output("h200_gpu_tests.jsonl"),))
