@@ -209,7 +209,7 @@ if part frames; then
   frames_spec=$(mktemp -d)/frames_serve.toml
   if [[ ${SMOKE:-0} == 1 ]]; then
     "$py" benchmarks/spec_variant.py "$spec" "$frames_spec" 'name="frames_serve"' 'image_size=24' \
-      'backends=["torch"]' serve.max_batch=4 serve.max_queue=16 'infer.batch_sizes=[4]' >/dev/null
+      'backends=["torch"]' serve.max_batch=4 serve.max_queue=16 'infer.batch_sizes=[4]' 'infer.input=["resident"]' >/dev/null
     frames_rate=40; frames_size=48x32
   else
     "$py" benchmarks/spec_variant.py experiments/frames_1080p_infer.toml "$frames_spec" 'name="frames_serve"' \

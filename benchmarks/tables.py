@@ -37,6 +37,8 @@ TABLES: dict[str, Callable[[Results], list[str]]] = {
     "serving": serving.serving,
     "serving-frontends": serving.frontends,
     "serving-sweep": serving.sweep,
+    "serving-frames": serving.frames,
+    "serving-peers": serving.peers,
     "model-parallel": training.model_parallel,
     "microbatches": training.microbatches,
     "real-input": data.real_input,

@@ -221,3 +221,74 @@ def sweep(results: Results) -> list[str]:
              f"{SWEEP_DIR}/frontends_http.csv": list(found.values())}
     return table(["PyTorch, CUDA graphs, raw 224x224", "wrk (closed loop, 512 connections): answered 200/s",
                   "cnnbench load (open loop)", "the two clients"], lines, "lrrl") + ["", provenance(shown)]
+
+
+FRAMES_DIR = "h200_serve_frames"
+FRAMES_ABSENT = missing("serving-frames")
+
+
+def frames(results: Results) -> list[str]:
+    """The seed's case (gpu_serve.sh PARTS=frames): 1080x1920 JPEG frames served at a 1080x1920 input, against
+    `cnnbench infer` of the same spec in the same invocation (target: served >= 0.8 of it)."""
+    infer = newest([r for r in results.csv(f"{FRAMES_DIR}/frames_infer.csv") if ok(r)],
+                   lambda r: (r["backend"], r["precision"]))
+    http = newest(results.csv(f"{FRAMES_DIR}/frames_http.csv"), lambda r: (r["backend"], r["precision"]))
+    lines = []
+    for (backend, precision), row in sorted(http.items()):
+        alone = infer.get((backend, precision))
+        rate = answered_200(row)
+        if not ok(row):
+            served = f"{row['status']}: {str(row.get('error') or '')[:60]}"
+        else:
+            share = rate / alone["images_per_sec"] if alone else None
+            verdict = "" if share is None else f" ({share:.2f} of infer: {'met' if share >= 0.8 else 'not met'})"
+            served = f"{number(rate)}{verdict}"
+        lines.append([f"{backend} {precision}",
+                      f"{number(alone['images_per_sec'])} ({number(alone['step_time_ms_median'], 1)} ms)"
+                      if alone else FRAMES_ABSENT,
+                      _option(row["backend_options"], "frontends") or "0", number(row["arrival_rate_rps"]), served,
+                      f"{number(row['latency_ms_p50'], 1)} / {number(row['latency_ms_p99'], 1)}" if ok(row) else "",
+                      number(row.get("mean_batch"), 1) + refused(row) if ok(row) else ""])
+    header = ["backend, precision", "cnnbench infer, batch 16: frames/s (batch ms)", "front ends",
+              "offered req/s", "served frames/s (target >= 0.8 of infer)", "p50 / p99 ms", "mean batch"]
+    shown = {f"{FRAMES_DIR}/frames_infer.csv": list(infer.values()),
+             f"{FRAMES_DIR}/frames_http.csv": list(http.values())}
+    return table(header, lines or [[FRAMES_ABSENT, *[""] * 6]], "lrrrrrr") + ["", provenance(shown)]
+
+
+PEERS_DIR = "h200_serve_peers"
+PEERS_ABSENT = missing("serving-peers")
+
+
+def peers(results: Results) -> list[str]:
+    """LitServe beside cnnbench serve (gpu_serve.sh PARTS=litserve): the same PyTorch eager engine, raw
+    224x224 and JPEG 500x375 at saturation, one invocation; the engine alone as the ceiling."""
+    pipeline = newest(results.jsonl(f"{PEERS_DIR}/pipeline.jsonl"), lambda r: r["backend"])
+    engine = pipeline.get("torch", {}).get("engine_img_s")
+    ours = newest(results.csv(f"{PEERS_DIR}/peers_http.csv"),
+                  lambda r: (_option(r["backend_options"], "frontends") or "0", r["request_input"]))
+    theirs = newest(results.csv(f"{PEERS_DIR}/litserve_http.csv"),
+                    lambda r: (_option(r["backend_options"], "workers") or "1", r["request_input"]))
+
+    def cell(row: Row | None) -> str:
+        if row is None:
+            return PEERS_ABSENT
+        if not ok(row):
+            return f"{row['status']}: {str(row.get('error') or '')[:60]}"
+        rate = answered_200(row)
+        share = f" ({rate / engine:.2f})" if engine and row["request_input"] == "raw" else ""
+        return (f"{number(rate)}{share}, {number(row['latency_ms_p50'], 1)} / {number(row['latency_ms_p99'], 1)}"
+                f"{refused(row)}")
+
+    lines = [["engine alone, batch 32 (no HTTP)", number(engine) if engine else PEERS_ABSENT, ""]]
+    for fe in sorted({k[0] for k in ours}, key=int) or ["0"]:
+        where = "one process" if fe == "0" else f"{fe} front ends"
+        lines.append([f"cnnbench serve, {where}", cell(ours.get((fe, "raw"))), cell(ours.get((fe, "jpeg")))])
+    for workers in sorted({k[0] for k in theirs}, key=int) or ["1"]:
+        lines.append([f"LitServe, {workers} worker(s), 4 API servers", cell(theirs.get((workers, "raw"))),
+                      cell(theirs.get((workers, "jpeg")))])
+    shown = {f"{PEERS_DIR}/pipeline.jsonl": list(pipeline.values()),
+             f"{PEERS_DIR}/peers_http.csv": list(ours.values()),
+             f"{PEERS_DIR}/litserve_http.csv": list(theirs.values())}
+    return table(["PyTorch eager, ResNet-50 bf16", "raw 224x224: answered img/s (of the engine), p50 / p99 ms",
+                  "JPEG 500x375: answered img/s, p50 / p99 ms"], lines, "lrr") + ["", provenance(shown)]
