@@ -160,3 +160,40 @@ def test_wrk_rows_count_200s_and_older_rows_are_scaled_by_their_200_share():
     assert answered_200({**older, "backend_options": older["backend_options"] + ";wrk_rate=2xx"}) == 12882.58
     assert answered_200({**older, "backend_options": "frontends=7"}) == 12882.58  # cnnbench load counts 200s
     assert refused(older) == ", 3,397 refused (503)" and refused({"errors_by_status": "timeout=5"}) == ""
+
+
+def test_frames_are_served_against_infer_of_the_same_invocation_and_litserve_beside_cnnbench(tmp_path):
+    from results_tables import serving
+    from results_tables.rows import Results
+
+    base = {"backend": "torch", "precision": "fp16", "status": "ok", "git_sha": "abc", "device_name": "NVIDIA H200"}
+    frames = tmp_path / serving.FRAMES_DIR
+    frames.mkdir()
+    store.append_rows(frames / "frames_infer.csv", [{**base, "mode": "infer", "variant": "uint8_pinned",
+                                                     "images_per_sec": 600.0, "step_time_ms_median": 26.7}])
+    served = {**base, "mode": "serve-http", "variant": "dynamic", "request_input": "jpeg", "arrival_rate_rps": 1000,
+              "backend_options": "input=uint8_pinned;frontends=7", "images_per_sec": 450.0, "latency_ms_p50": 80.0,
+              "latency_ms_p99": 150.0, "mean_batch": 14.2}
+    store.append_rows(frames / "frames_http.csv", [served])
+    text = "\n".join(serving.frames(Results(tmp_path)))
+    assert "| torch fp16 | 600 (26.7 ms) | 7 | 1,000 | 450 (0.75 of infer: not met) | 80.0 / 150.0 | 14.2 |" in text
+    store.append_rows(frames / "frames_http.csv", [{**served, "images_per_sec": 540.0}])  # a rerun: the newest
+    assert "540 (0.90 of infer: met)" in "\n".join(serving.frames(Results(tmp_path)))
+
+    peers = tmp_path / serving.PEERS_DIR
+    peers.mkdir()
+    (peers / "pipeline.jsonl").write_text(json.dumps({"backend": "torch", "engine_img_s": 4000.0}) + "\n")
+    ours = {**base, "mode": "serve-http", "variant": "dynamic", "arrival_rate_rps": 8000, "latency_ms_p50": 9.0,
+            "latency_ms_p99": 30.0}
+    store.append_rows(peers / "peers_http.csv", [
+        {**ours, "backend_options": "frontends=0", "request_input": "raw", "images_per_sec": 2000.0},
+        {**ours, "backend_options": "frontends=7", "request_input": "raw", "images_per_sec": 3800.0},
+        {**ours, "backend_options": "frontends=7", "request_input": "jpeg", "images_per_sec": 3000.0}])
+    store.append_rows(peers / "litserve_http.csv", [
+        {**ours, "variant": "litserve", "backend_options": "server=litserve;workers=4;api_servers=4",
+         "request_input": "raw", "images_per_sec": 1000.0}])
+    table = "\n".join(serving.peers(Results(tmp_path)))
+    assert "| engine alone, batch 32 (no HTTP) | 4,000 |  |" in table
+    assert "| cnnbench serve, 7 front ends | 3,800 (0.95), 9.0 / 30.0 | 3,000, 9.0 / 30.0 |" in table
+    assert "| cnnbench serve, one process | 2,000 (0.50), 9.0 / 30.0 | not measured yet" in table
+    assert "| LitServe, 4 worker(s), 4 API servers | 1,000 (0.25), 9.0 / 30.0 | not measured yet" in table
