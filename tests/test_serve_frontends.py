@@ -57,7 +57,9 @@ def test_every_answer_is_right_across_front_ends_and_requests_share_batches():
         batches = _metric(server.base, "cnnbench_batch_size_count")
         assert 0 < batches < 48  # server-wide, read from the ring by whichever front end answers
         assert _metric(server.base, 'cnnbench_requests_total{status="200"}') == 48
-        assert "frontends=2" in httpx.get(server.base + "/v1/info").json()["row"]["backend_options"]
+        info = httpx.get(server.base + "/v1/info").json()
+        assert "frontends=2" in info["row"]["backend_options"]
+        assert info["row"]["device_name"] == "numpy"  # the engine's card, read from the ring: rows name it
     finally:
         assert server.stop() == 0
     assert_ring_removed(server)

@@ -41,7 +41,10 @@ class _Readiness:
 
     def is_set(self) -> bool:
         s = self.service
-        return s.sock is not None and not s.engine_gone and s.ring.state == READY
+        ready = s.sock is not None and not s.engine_gone and s.ring.state == READY
+        if ready and "device_name" not in s.info:  # the engine writes its card into the ring when it is ready;
+            s.info["device_name"] = s.info["row"]["device_name"] = s.ring.message()  # rows name it, as with one
+        return ready
 
 
 class RingService:
