@@ -166,7 +166,8 @@ def test_frames_are_served_against_infer_of_the_same_invocation_and_litserve_bes
     from results_tables import serving
     from results_tables.rows import Results
 
-    base = {"backend": "torch", "precision": "fp16", "status": "ok", "git_sha": "abc", "device_name": "NVIDIA H200"}
+    base = {"backend": "torch", "precision": "fp16", "compile": False, "status": "ok", "git_sha": "abc",
+            "device_name": "NVIDIA H200"}
     frames = tmp_path / serving.FRAMES_DIR
     frames.mkdir()
     store.append_rows(frames / "frames_infer.csv", [{**base, "mode": "infer", "variant": "uint8_pinned",
@@ -176,9 +177,14 @@ def test_frames_are_served_against_infer_of_the_same_invocation_and_litserve_bes
               "latency_ms_p99": 150.0, "mean_batch": 14.2}
     store.append_rows(frames / "frames_http.csv", [served])
     text = "\n".join(serving.frames(Results(tmp_path)))
-    assert "| torch fp16 | 600 (26.7 ms) | 7 | 1,000 | 450 (0.75 of infer: not met) | 80.0 / 150.0 | 14.2 |" in text
+    assert ("| torch fp16, eager | 600 (26.7 ms) | 7 | 1,000 | 450 (0.75 of infer: not met) | 80.0 / 150.0 | 14.2 |"
+            in text)
     store.append_rows(frames / "frames_http.csv", [{**served, "images_per_sec": 540.0}])  # a rerun: the newest
     assert "540 (0.90 of infer: met)" in "\n".join(serving.frames(Results(tmp_path)))
+    store.append_rows(frames / "frames_infer.csv", [{**base, "mode": "infer", "variant": "uint8_pinned",
+                                                     "compile": True, "images_per_sec": 1000.0}])
+    compiled = "\n".join(serving.frames(Results(tmp_path)))  # no compiled serve row: only the eager pair shows
+    assert "compiled" not in compiled and "540 (0.90 of infer: met)" in compiled
 
     peers = tmp_path / serving.PEERS_DIR
     peers.mkdir()

@@ -230,12 +230,14 @@ FRAMES_ABSENT = missing("serving-frames")
 def frames(results: Results) -> list[str]:
     """The seed's case (gpu_serve.sh PARTS=frames): 1080x1920 JPEG frames served at a 1080x1920 input, against
     `cnnbench infer` of the same spec in the same invocation (target: served >= 0.8 of it)."""
-    infer = newest([r for r in results.csv(f"{FRAMES_DIR}/frames_infer.csv") if ok(r)],
-                   lambda r: (r["backend"], r["precision"]))
-    http = newest(results.csv(f"{FRAMES_DIR}/frames_http.csv"), lambda r: (r["backend"], r["precision"]))
+    def key(row: Row) -> tuple[str, str, bool]:
+        return row["backend"], row["precision"], str(row.get("compile")).lower() == "true"
+
+    infer = newest([r for r in results.csv(f"{FRAMES_DIR}/frames_infer.csv") if ok(r)], key)
+    http = newest(results.csv(f"{FRAMES_DIR}/frames_http.csv"), key)
     lines = []
-    for (backend, precision), row in sorted(http.items()):
-        alone = infer.get((backend, precision))
+    for (backend, precision, compiled), row in sorted(http.items()):
+        alone = infer.get((backend, precision, compiled))
         rate = answered_200(row)
         if not ok(row):
             served = f"{row['status']}: {str(row.get('error') or '')[:60]}"
@@ -243,7 +245,7 @@ def frames(results: Results) -> list[str]:
             share = rate / alone["images_per_sec"] if alone else None
             verdict = "" if share is None else f" ({share:.2f} of infer: {'met' if share >= 0.8 else 'not met'})"
             served = f"{number(rate)}{verdict}"
-        lines.append([f"{backend} {precision}",
+        lines.append([f"{backend} {precision}, {'compiled' if compiled else 'eager'}",
                       f"{number(alone['images_per_sec'])} ({number(alone['step_time_ms_median'], 1)} ms)"
                       if alone else FRAMES_ABSENT,
                       _option(row["backend_options"], "frontends") or "0", number(row["arrival_rate_rps"]), served,

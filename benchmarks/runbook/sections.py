@@ -204,7 +204,16 @@ SECTIONS["serving-frames"] = Section(
     "cnnbench infer of the same spec, then cnnbench serve with its default front ends (gpu_serve.sh PARTS=frames)",
     script("benchmarks/gpu_serve.sh", "h200_serve_frames", 300, PARTS="frames"),
     (*SERVE_DEPS, "experiments/frames_1080p_infer.toml", "benchmarks/spec_variant.py"),
-    (Output("h200_serve_frames/frames_http.csv"), Output("h200_serve_frames/frames_infer.csv")),
+    (Output("h200_serve_frames/frames_http.csv", field_is("compile", "false", "False")),
+     Output("h200_serve_frames/frames_infer.csv", field_is("compile", "false", "False"))),
+    needs=("starlette", "uvicorn", "httptools"))
+SECTIONS["serving-frames-compiled"] = Section(
+    "serving-frames-compiled", 6, "the same frames with the forward compiled (torch.compile, every batch padded to "
+    "16: one shape for the server to compile; infer and serve share one compile cache folder)",
+    script("benchmarks/gpu_serve.sh", "h200_serve_frames", 500, PARTS="frames", FRAMES_COMPILE="true"),
+    (*SERVE_DEPS, "experiments/frames_1080p_infer.toml", "benchmarks/spec_variant.py"),
+    (Output("h200_serve_frames/frames_http.csv", field_is("compile", "true", "True")),
+     Output("h200_serve_frames/frames_infer.csv", field_is("compile", "true", "True"))),
     needs=("starlette", "uvicorn", "httptools"))
 SECTIONS["serving-peers"] = Section(
     "serving-peers", 5, "PyTorch eager: the engine alone, cnnbench serve with 0 and the default front ends, the same "
