@@ -85,7 +85,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if not args.sections and not args.list:
         parser.exit(2, "benchmarks/gpu.py: name one or more sections, or --list\n")
     default_cache = Path.home() / ".cache" / "cnnbench" / ("runbook-smoke" if args.smoke else "runbook")
-    args.out = args.out.resolve()
+    # Every step runs in the repository root; a results folder inside it is named relative to it, so that
+    # the commands and "appended to" lines kept in the committed logs hold no host's own paths.
+    args.out = args.out.resolve()  # against the caller's folder, before moving to the root
+    os.chdir(ROOT)
+    if args.out.is_relative_to(ROOT):
+        args.out = args.out.relative_to(ROOT)
     args.cache = (args.cache or default_cache).resolve()
     args.logs = (args.logs or args.cache / "logs" / time.strftime("%Y%m%d-%H%M%S")).resolve()
     return args

@@ -202,8 +202,9 @@ part sweep && for setting in 1:reuseport 2:reuseport 4:reuseport 7:reuseport 4:s
 done
 # The seed's case: 1080x1920 JPEG frames at a 1080x1920 model input, max batch 16, PyTorch fp16, eager or with
 # FRAMES_COMPILE=true compiled (then every batch is padded to 16: one shape for the server to compile; infer and
-# serve share one cache folder, so what their graphs have in common is compiled once). The rate to reach is `cnnbench infer` of the
-# same spec in the same invocation; the queue is kept at 64 frames (6 MB each in the shared-memory ring).
+# serve share one cache folder, so what their graphs have in common is compiled once). The rate to reach is
+# `cnnbench infer` of the same spec in the same invocation; the queue is kept at 64 frames (6 MB each in the
+# shared-memory ring).
 if part frames; then
   log=$out/serve_frames.log
   frames_spec=$(mktemp -d)/frames_serve.toml
@@ -256,7 +257,6 @@ if part litserve; then
         || echo "litserve $input: failed ($?)"
     done
     kill -TERM -- -"$lpid" 2>/dev/null; timeout 30 tail --pid="$lpid" -f /dev/null || kill -KILL -- -"$lpid"
-    pkill -KILL -f "litserve_peer.py serve" 2>/dev/null  # any worker that left the group
   done
 fi
 rm -f "$out"/*.lock

@@ -27,7 +27,6 @@ import argparse
 import base64
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -38,9 +37,10 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 import litserve as ls  # noqa: E402
+from runbook.steps import stop_group  # noqa: E402
 
 from cnnbench.infer.batcher import batch_shapes, padded_size  # noqa: E402
 from cnnbench.infer.images import decode_image  # noqa: E402
@@ -190,7 +190,7 @@ def smoke() -> None:
         raw = request_bodies("raw", (16, 16, 3), None, count=1)[0][0]
         assert len(raw) == 16 * 16 * 3
     finally:
-        stop_group(server)
+        stop_group(server, 30)  # the group: LitServe's API servers and workers outlive a signal to the parent
     deadline = time.monotonic() + 15  # killed children are reaped by init a moment later
     while time.monotonic() < deadline:
         try:
@@ -200,24 +200,6 @@ def smoke() -> None:
             return
         time.sleep(0.2)
     raise SystemExit("litserve smoke: a process of the server's group outlived it by 15 s")
-
-
-def stop_group(server: subprocess.Popen) -> None:
-    """SIGTERM to the server's whole process group (LitServe's API servers and inference workers are its
-    children and outlive a signal to the parent alone), SIGKILL after 30 s."""
-    for sig, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(server.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            server.wait(timeout=wait_s)
-            os.killpg(server.pid, signal.SIGKILL)  # any child still in the group
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            continue
-        return
 
 
 def main() -> None:

@@ -117,7 +117,8 @@ class TorchServeEngine:
     @torch.inference_mode()
     def infer_now(self, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One plain forward, as a route that calls the model per request would: pageable copy, wait."""
-        ids, scores = self._top_k(torch.from_numpy(np.ascontiguousarray(images)).to(self.device))
+        # a request body's array is read-only (np.frombuffer): copy it then, as torch.from_numpy warns otherwise
+        ids, scores = self._top_k(torch.from_numpy(np.require(images, requirements=("C", "W"))).to(self.device))
         return ids.cpu().numpy(), scores.cpu().numpy()
 
     def device_name(self) -> str:

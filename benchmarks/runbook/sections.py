@@ -199,22 +199,26 @@ SECTIONS["serving-sweep"] = Section(
     script("benchmarks/gpu_serve.sh", "h200_serve_sweep", 500, PARTS="sweep"),
     SERVE_DEPS, (Output("h200_serve_sweep/frontends_http.csv"),),
     needs=("starlette", "uvicorn", "httptools"))
-SECTIONS["serving-frames"] = Section(
-    "serving-frames", 3, "the seed's case: 1080x1920 JPEG frames at a 1080x1920 input, max batch 16, PyTorch fp16, "
-    "cnnbench infer of the same spec, then cnnbench serve with its default front ends (gpu_serve.sh PARTS=frames)",
-    script("benchmarks/gpu_serve.sh", "h200_serve_frames", 300, PARTS="frames"),
-    (*SERVE_DEPS, "experiments/frames_1080p_infer.toml", "benchmarks/spec_variant.py"),
-    (Output("h200_serve_frames/frames_http.csv", field_is("compile", "false", "False")),
-     Output("h200_serve_frames/frames_infer.csv", field_is("compile", "false", "False"))),
-    needs=("starlette", "uvicorn", "httptools"))
-SECTIONS["serving-frames-compiled"] = Section(
-    "serving-frames-compiled", 6, "the same frames with the forward compiled (torch.compile, every batch padded to "
-    "16: one shape for the server to compile; infer and serve share one compile cache folder)",
-    script("benchmarks/gpu_serve.sh", "h200_serve_frames", 500, PARTS="frames", FRAMES_COMPILE="true"),
-    (*SERVE_DEPS, "experiments/frames_1080p_infer.toml", "benchmarks/spec_variant.py"),
-    (Output("h200_serve_frames/frames_http.csv", field_is("compile", "true", "True")),
-     Output("h200_serve_frames/frames_infer.csv", field_is("compile", "true", "True"))),
-    needs=("starlette", "uvicorn", "httptools"))
+
+
+def _frames(compiled: bool) -> Section:
+    """The seed's case (gpu_serve.sh PARTS=frames), eager or compiled: each writes the rows of its own kind."""
+    kind = field_is("compile", "true", "True") if compiled else field_is("compile", "false", "False")
+    summary = ("the same frames with the forward compiled (torch.compile, every batch padded to 16: one shape for "
+               "the server to compile; infer and serve share one compile cache folder)" if compiled else
+               "the seed's case: 1080x1920 JPEG frames at a 1080x1920 input, max batch 16, PyTorch fp16, cnnbench "
+               "infer of the same spec, then cnnbench serve with its default front ends (gpu_serve.sh PARTS=frames)")
+    return Section(
+        "serving-frames-compiled" if compiled else "serving-frames", 6 if compiled else 3, summary,
+        script("benchmarks/gpu_serve.sh", "h200_serve_frames", 500 if compiled else 300, PARTS="frames",
+               FRAMES_COMPILE=str(compiled).lower()),
+        (*SERVE_DEPS, "experiments/frames_1080p_infer.toml", "benchmarks/spec_variant.py"),
+        (Output("h200_serve_frames/frames_http.csv", kind), Output("h200_serve_frames/frames_infer.csv", kind)),
+        needs=("starlette", "uvicorn", "httptools"))
+
+
+SECTIONS["serving-frames"] = _frames(compiled=False)
+SECTIONS["serving-frames-compiled"] = _frames(compiled=True)
 SECTIONS["serving-peers"] = Section(
     "serving-peers", 5, "PyTorch eager: the engine alone, cnnbench serve with 0 and the default front ends, the same "
     "engine behind LitServe with 1 and 4 workers, raw and JPEG at saturation (gpu_serve.sh PARTS=litserve)",

@@ -6,14 +6,12 @@ engine and the in-process batcher without HTTP (serve_pipeline.py), dynamic batc
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from runbook.steps import ROOT, SMOKE_MODEL, Context
+from runbook.steps import ROOT, SMOKE_MODEL, Context, stop_group
 
 SERVE_SPEC = "experiments/resnet50_serve.toml"
 SMOKE_SERVE = {**SMOKE_MODEL, "serve.max_batch": 8, "serve.pad_multiple": 4, "serve.max_queue": 64,
@@ -49,14 +47,7 @@ def server(ctx: Context, name: str, cmd: list, env: dict[str, str] | None = None
     try:
         yield
     finally:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, sig)
-            try:
-                ctx.say(f"server {name}: exit {process.wait(timeout=30)}")
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        ctx.say(f"server {name}: exit {stop_group(process, 30)}")
 
 
 def free_port() -> int:

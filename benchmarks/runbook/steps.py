@@ -177,17 +177,23 @@ def _wait(process: subprocess.Popen, limit: float) -> int:
     try:
         return process.wait(timeout=limit)
     except subprocess.TimeoutExpired:
-        for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(process.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                process.wait(timeout=grace)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        stop_group(process, 10)
         return TIMEOUT_RC
+
+
+def stop_group(process: subprocess.Popen, grace_s: float) -> int | None:
+    """SIGTERM to the process group PROCESS leads (started with start_new_session), SIGKILL after GRACE_S;
+    the leader's exit code (None if it outlived both). Children in the group (a server's workers) go too."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            return process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            continue
+    return None
 
 
 def install_wheels(ctx: Context, modules: Sequence[str]) -> list[str]:

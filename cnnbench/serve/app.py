@@ -103,7 +103,6 @@ def build_app(service: Any) -> Any:
         return Response(body, media_type=media_type)
 
     async def info(request: Any) -> Any:
-        service.ready.is_set()  # a front end fills in the engine's card when it first sees the engine ready
         return JSONResponse(service.info)
 
     @contextlib.asynccontextmanager

@@ -41,17 +41,14 @@ class _Readiness:
 
     def is_set(self) -> bool:
         s = self.service
-        ready = s.sock is not None and not s.engine_gone and s.ring.state == READY
-        if ready and "device_name" not in s.info:  # the engine writes its card into the ring when it is ready;
-            s.info["device_name"] = s.info["row"]["device_name"] = s.ring.message()  # rows name it, as with one
-        return ready
+        return s.sock is not None and not s.engine_gone and s.ring.state == READY
 
 
 class RingService:
     """The interface of InferenceService, served by the engine process through the ring."""
 
     def __init__(self, index: int, config: ServeConfig, ring: Ring, address: str, info: dict[str, Any]) -> None:
-        self.index, self.config, self.ring, self.address, self.info = index, config, ring, address, info
+        self.index, self.config, self.ring, self.address, self._info = index, config, ring, address, info
         per = config.ring_slots_per_frontend
         self.free = list(range(index * per, (index + 1) * per))[::-1]  # LIFO: few slots' pages are touched
         self.pending: dict[int, tuple[asyncio.Future, int]] = {}
@@ -63,6 +60,14 @@ class RingService:
         self.metrics = ServerMetrics(config.max_batch, lambda: 0.0, shared=ring, frontend=index)
         self.on_failure = lambda: None
         info["frontend"] = {"index": index, "pid": os.getpid()}
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """/v1/info: the server's configuration, with the engine's card once the engine has written it into
+        the ring (at ready), so that rows name the card as the single-process server's do."""
+        if "device_name" not in self._info and self.ring.state == READY:
+            self._info["device_name"] = self._info["row"]["device_name"] = self.ring.message()
+        return self._info
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
