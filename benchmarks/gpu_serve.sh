@@ -16,7 +16,8 @@
 #      shared socket, by both clients: what the default front-end count and socket mode rest on;
 #   frames: the seed's case, 1080x1920 JPEG frames (about 280 KB) at a 1080x1920 model input, max batch 16,
 #      PyTorch fp16: `cnnbench infer` of the same spec first (the rate to reach, same invocation), then
-#      `cnnbench serve` with its default front ends at saturation;
+#      `cnnbench serve` with its default front ends at saturation (FRAMES_FRONTENDS=N another count,
+#      FRAMES_SECS the load's seconds, FRAMES_PROFILE=1 py-spy's samples of the loaded server);
 #   litserve: PyTorch eager, the engine alone; cnnbench serve with 0 and the default front ends; the same engine
 #      behind LitServe (benchmarks/litserve_peer.py) with 1 and 4 inference workers; raw and JPEG at saturation.
 # Every step runs under timeout; a step that fails says so and the script goes on.
@@ -223,8 +224,17 @@ if part frames; then
   fi
   timeout 300 "$py" -m cnnbench.cli infer "$frames_spec" -b torch --device "$device" --out "$out/frames_infer.csv" \
     --no-report >> "$log" 2>&1 || echo "frames infer: failed ($?)"
-  start_server "$frames_spec" torch "$log"
-  ready "$pid" "$port" /v2/health/ready 300 && load "$out/frames_http.csv" "$frames_rate" jpeg --source-size "$frames_size"
+  frontends_arg=(); [[ -n ${FRAMES_FRONTENDS:-} ]] && frontends_arg=(--frontends "$FRAMES_FRONTENDS")
+  start_server "$frames_spec" torch "$log" "${frontends_arg[@]}"
+  if ready "$pid" "$port" /v2/health/ready 300; then
+    # FRAMES_PROFILE=1 (a diagnostic, needs py-spy): where the server's processes spend a loaded second, sampled
+    # from 3 s into the load for 5 s into OUT/frames_profile.txt (collapsed stacks, one line per stack)
+    if [[ ${FRAMES_PROFILE:-0} == 1 ]] && command -v py-spy >/dev/null; then
+      (sleep 3; timeout 30 py-spy record --pid "$pid" --subprocesses --duration 5 --rate 100 --format raw \
+        --nonblocking --output "$out/frames_profile.txt" >> "$log" 2>&1) &
+    fi
+    secs=${FRAMES_SECS:-$secs} load "$out/frames_http.csv" "$frames_rate" jpeg --source-size "$frames_size"
+  fi
   stop "$pid" "$log"
 fi
 # LitServe beside cnnbench serve, the same engine (PyTorch eager, as LitServe's predict calls it) and load:
