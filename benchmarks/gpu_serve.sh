@@ -256,17 +256,20 @@ if part litserve; then
   for workers in 1 4; do
     echo "== litserve workers $workers" >> "$log"
     # its own process group: LitServe's API servers and workers are children that outlive a signal to one pid
+    describe=$(mktemp -u)  # the first worker writes its card and versions there, for the rows
     setsid timeout 300 "$py" benchmarks/litserve_peer.py serve "$spec" torch "$device" "$litport" \
-      --max-batch "$([[ ${SMOKE:-0} == 1 ]] && echo 8 || echo 32)" --workers "$workers" --api-servers 4 >> "$log" 2>&1 &
+      --max-batch "$([[ ${SMOKE:-0} == 1 ]] && echo 8 || echo 32)" --workers "$workers" --api-servers 4 \
+      --describe "$describe" >> "$log" 2>&1 &
     lpid=$!
     ready "$lpid" "$litport" /health 150 && for input in raw jpeg; do
       rate=$high; [[ $input == jpeg ]] && rate=$jpeg_rate
       timeout 90 "$py" benchmarks/litserve_peer.py load "http://127.0.0.1:$litport" "$input" "$rate" "$secs" \
-        "$(conns_for "$rate")" "$out/litserve_http.csv" --shape "$shape" --source-size 500x375 \
+        "$(conns_for "$rate")" "$out/litserve_http.csv" --shape "$shape" --source-size 500x375 --describe "$describe" \
         --info '{"backend": "torch", "model": "'"$(basename "$spec" .toml)"'", "backend_options": "server=litserve;workers='"$workers"';api_servers=4"}' \
         || echo "litserve $input: failed ($?)"
     done
     kill -TERM -- -"$lpid" 2>/dev/null; timeout 30 tail --pid="$lpid" -f /dev/null || kill -KILL -- -"$lpid"
+    rm -f "$describe"
   done
 fi
 rm -f "$out"/*.lock

@@ -80,20 +80,21 @@ def test_cells_without_rows_name_their_section_and_a_peer_is_paired_with_its_run
     shutil.copy(PAGE, page)
     assert _tables("--page", str(page), "--results", str(results)).returncode == 0
     text = page.read_text()
-    assert "| JAX sharded | 512 | not measured yet: `benchmarks/gpu.py training-jax` |" in text
+    assert "| JAX sharded | 512 | — | not measured yet: `benchmarks/gpu.py training-jax` |" in text
     assert "| 1 | not measured yet: `benchmarks/gpu.py inference-torch` |" in text
     assert "not measurable on the GPU host: TensorFlow's CUDA wheels" in text
     perf = store.read_rows(REPO / "results" / "h200_perf.csv")
     row = {**next(r for r in perf if r["spec_name"] == "compare_step"), "spec_name": "compare_jax-b512",
-           "run_id": "b512run", "images_per_sec": 7000.0, "global_batch": 512}
+           "run_id": "b512run", "images_per_sec": 7000.0, "global_batch": 512, "device_name": "NVIDIA H100 80GB HBM3"}
     store.append_rows(results / "h200_perf.csv", [row])
     peer = {"pair": "jax-b512", "images_per_sec": 7400.0, "first_step_s": 19.0, "cnnbench_run_id": "b512run",
             "git_sha": "abc", "timestamp_utc": "2099-01-01T00:00:00Z"}
     (results / "h200_perf_peers.jsonl").write_text(json.dumps(peer) + "\n")
     assert _tables("--page", str(page), "--results", str(results)).returncode == 0
     text = page.read_text()
-    assert "| JAX sharded | 512 | 7,400 | 7,000 | 0.946 |" in text
-    assert "| training, cnnbench / plain peer: JAX sharded, batch 512 | 0.946 | >= 0.97 | no |" in text
+    # each figure names the card of its invocation (a section may run on an H100 as well as the H200)
+    assert "| JAX sharded | 512 | H100 | 7,400 | 7,000 | 0.946 |" in text
+    assert "| training, cnnbench / plain peer: JAX sharded, batch 512 | H100 | 0.946 | >= 0.97 | no |" in text
 
 
 def test_a_block_without_a_generator_is_refused_with_one_line(tmp_path):
@@ -137,11 +138,11 @@ def test_health_tables_come_from_the_health_known_folder_and_say_which_check_fai
     folder = tmp_path / "h200_health"
     folder.mkdir()
     checks = [{"probe": "known", "framework": "jax", "case": "sleep", "metric": "gpu_busy", "value": 0.41,
-               "expected": "0.5024 +- 0.03", "ok": False},
+               "expected": "0.5024 +- 0.03", "ok": False, "device_name": "NVIDIA H200"},
               {"probe": "known", "framework": "jax", "case": "all", "passed": 0, "of": 1}]  # a summary: not a row
     (folder / "known.jsonl").write_text("".join(json.dumps(c) + "\n" for c in checks))
     known = "\n".join(health.known(Results(tmp_path)))
-    assert "| jax | sleep | gpu_busy | 0.41 | 0.5024 +- 0.03 | NO |" in known
+    assert "| jax | sleep | gpu_busy | H200 | 0.41 | 0.5024 +- 0.03 | NO |" in known
     assert known.count("| jax |") == 1
     row = {**store.read_rows(REPO / "results" / "h200_health" / "health_rows.csv")[0], "energy_j_per_image": 0.125,
            "mean_power_w": 600.0, "images_per_sec": 4800.0}

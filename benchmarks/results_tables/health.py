@@ -3,7 +3,7 @@ benchmarks/health_pitfalls.py (layers at 1080p, cudnn.benchmark x deterministic,
 
 from __future__ import annotations
 
-from results_tables.rows import Results, Row, missing, newest, number, ok, provenance, share, table
+from results_tables.rows import Results, Row, card, missing, newest, number, ok, provenance, share, table
 
 ABSENT = missing("health")
 PROBES = "h200_health_probes.jsonl"
@@ -17,27 +17,21 @@ def _unit(value: float | None, unit: str) -> str:
     return "—" if value is None else number(value) + unit
 
 
-def _card(row: Row) -> str:
-    """The card's short name (H100, H200) from the row's device name."""
-    name = str(row.get("device_name") or "")
-    return next((word for word in name.split() if word[:1] in "HABL" and word[1:].isdigit()), name or "—")
-
-
 def training(results: Results) -> list[str]:
     """Profiled training as `cnnbench health` reads it: the newest row per card and backend of either
     section (a section may run on an H100 as well as on the H200; their rows are not mixed)."""
     files = ("h200_health.csv", f"{KNOWN_DIR}/health_rows.csv")
     rows = [r for name in files for r in results.csv(name) if r["spec_name"] == "health_profile"]
-    latest = newest(rows, lambda r: (_card(r), r["backend"]))
+    latest = newest(rows, lambda r: (card(r), r["backend"]))
     lines = []
-    for card in sorted({c for c, _ in latest}, key=lambda c: c != "H200") or ["—"]:
+    for name in sorted({c for c, _ in latest}, key=lambda c: c != "H200") or ["—"]:
         for backend, strategy in (("torch", "ddp"), ("jax", "sharded")):
-            row = latest.get((card, backend))
+            row = latest.get((name, backend))
             if not ok(row):
-                lines.append([card, f"{backend} / {strategy}", ABSENT if row is None else str(row["status"]),
+                lines.append([name, f"{backend} / {strategy}", ABSENT if row is None else str(row["status"]),
                               *[""] * 6])
                 continue
-            lines.append([card, f"{backend} / {strategy}", number(row["images_per_sec"]),
+            lines.append([name, f"{backend} / {strategy}", number(row["images_per_sec"]),
                           share(row.get("device_busy_share")), share(row.get("copy_share")),
                           share(row.get("sync_share")), number(row.get("h2d_bytes_per_image")),
                           _unit(row.get("nvml_gpu_util_pct"), "%"), _unit(row.get("nvml_power_w"), " W")])
@@ -67,10 +61,10 @@ def known(results: Results) -> list[str]:
     """The known-answer checks of benchmarks/health_known.py: each metric against the answer its loop has."""
     checks = [r for r in results.jsonl(f"{KNOWN_DIR}/known.jsonl") if r.get("probe") == "known" and "metric" in r]
     latest = newest(checks, lambda r: (r["framework"], r["case"], r["metric"]))
-    lines = [[framework, case, metric, f"{row['value']:.4g}", str(row["expected"]).replace("|", "/"),
+    lines = [[framework, case, metric, card(row), f"{row['value']:.4g}", str(row["expected"]).replace("|", "/"),
               "yes" if row["ok"] else "NO"] for (framework, case, metric), row in latest.items()]
-    header = ["framework", "case", "metric", "value", "expected", "ok"]
-    return (table(header, lines or [[KNOWN_ABSENT, *[""] * 5]], "lllrll")
+    header = ["framework", "case", "metric", "card", "value", "expected", "ok"]
+    return (table(header, lines or [[KNOWN_ABSENT, *[""] * 6]], "llllrll")
             + ["", provenance({f"{KNOWN_DIR}/known.jsonl": list(latest.values())})])
 
 

@@ -62,6 +62,13 @@ def newest(rows: Iterable[Row], key: Callable[[Row], Any]) -> dict[Any, Row]:
     return {k: row for k, (_, row) in found.items()}
 
 
+def card(row: Row | None) -> str:
+    """The card's short name (H100, H200) from the row's device name: a section may have run on an H100
+    as well as on the H200, so tables that gather sections say which card each figure comes from."""
+    name = str((row or {}).get("device_name") or "")
+    return next((word for word in name.split() if word[:1] in "HABL" and word[1:].isdigit()), name or "—")
+
+
 def ok(row: Row | None) -> bool:
     return row is not None and row.get("status", "ok") == "ok"
 

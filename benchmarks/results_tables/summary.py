@@ -5,16 +5,19 @@ from __future__ import annotations
 import re
 
 from results_tables import data, inference, training
-from results_tables.rows import ROOT, Results, Row, missing, newest, number, ok, provenance, table
+from results_tables.rows import ROOT, Results, Row, card, missing, newest, number, ok, provenance, table
 
 TRAINING_FILES = ("h200_resnet50.csv", "h200_perf.csv", "h200_options.csv", "h200_data.csv",
                   "h200_model_parallel.csv", "h200_keras.csv")
 
 
-def _target(label: str, value: float | None, goal: float, section: str, detail: str = "") -> list[str]:
+def _target(label: str, value: float | None, goal: float, section: str, detail: str = "",
+            row: Row | None = None) -> list[str]:
+    """One target's line; ``row`` is a row of the measurement, whose card the line names (each ratio
+    comes from one invocation, on one card)."""
     if value is None:
-        return [label, missing(section), f">= {goal:.2f}", ""]
-    return [label, f"{value:.3f}" + (f" ({detail})" if detail else ""), f">= {goal:.2f}",
+        return [label, "—", missing(section), f">= {goal:.2f}", ""]
+    return [label, card(row), f"{value:.3f}" + (f" ({detail})" if detail else ""), f">= {goal:.2f}",
             "yes" if value >= goal else "no"]
 
 
@@ -35,7 +38,8 @@ def targets(results: Results) -> list[str]:
         used += [peer, row]
         label, batch, section = training.PAIR_LABELS[pair]
         value = row["images_per_sec"] / peer["images_per_sec"] if ok(row) and peer else None
-        lines.append(_target(f"training, cnnbench / plain peer: {label}, batch {batch}", value, 0.97, section))
+        lines.append(_target(f"training, cnnbench / plain peer: {label}, batch {batch}", value, 0.97, section,
+                             row=row))
     by_input = inference.by_input_rows(results)
     peers = newest(results.jsonl("h200_perf_peers.jsonl"), lambda r: r.get("pair"))
     for backend in ("torch", "jax"):
@@ -44,23 +48,24 @@ def targets(results: Results) -> list[str]:
         peer = peers.get(f"infer-{backend}-b256")
         used.append(peer)
         value = resident["images_per_sec"] / peer["images_per_sec"] if ok(resident) and peer else None
-        lines.append(_target(f"inference {backend} b256, resident / plain compiled forward", value, 0.95, section))
+        lines.append(_target(f"inference {backend} b256, resident / plain compiled forward", value, 0.95, section,
+                             row=resident))
         value = uint8["images_per_sec"] / resident["images_per_sec"] if ok(resident) and ok(uint8) else None
-        lines.append(_target(f"inference {backend} b256, uint8_pinned / resident", value, 0.90, section))
+        lines.append(_target(f"inference {backend} b256, uint8_pinned / resident", value, 0.90, section, row=uint8))
     real = data.training_rows(results)
     for backend in ("torch", "jax"):
         files, synthetic = real.get((backend, "resnet50_imagefolder")), real.get((backend, "resnet50_synthetic"))
         value = files["images_per_sec"] / synthetic["images_per_sec"] if ok(files) and ok(synthetic) else None
         wait = f"data wait {100 * files['data_wait_share']:.1f}%" if value and files.get("data_wait_share") else ""
         lines.append(_target(f"training {backend} from JPEG files / synthetic-resident", value, 0.90, "real-input",
-                             wait))
+                             wait, row=files))
     best, source = _best_training(results)
     if best:
-        lines.append(["best ResNet-50 bf16 training on one H200, img/s", number(best["images_per_sec"]),
+        lines.append(["best ResNet-50 bf16 training on one GPU, img/s", card(best), number(best["images_per_sec"]),
                       "(no target: the best stated)",
                       f"{best['backend']} / {best['strategy']}, batch {best['global_batch']}, `{best['spec_name']}` "
                       f"in `results/{source}`"])
-    return table(["target", "measured", "target", "met"], lines, "lrrl") + [
+    return table(["target", "card", "measured", "target", "met"], lines, "llrrl") + [
         "", provenance({"h200_perf_peers.jsonl": [p for p in used if p and "pair" in p],
                         "h200_perf.csv": [r for r in used if r and "run_id" in r] + list(by_input.values()),
                         "h200_data.csv": list(real.values())})]

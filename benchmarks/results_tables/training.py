@@ -6,6 +6,7 @@ from results_tables.rows import (
     NO_TF_GPU,
     Results,
     Row,
+    card,
     missing,
     newest,
     number,
@@ -80,11 +81,11 @@ def pairs(results: Results) -> list[str]:
         peers.append(peer)
         rows.append(row)
         first = f"{peer['first_step_s']:.1f}" if peer else "—"
-        lines.append([label, str(batch), number(peer_ips) if peer else missing(section), rate(row, section),
-                      ratio(ours, peer_ips) or "—", f"{first} / {_first_step(row)}"])
-    header = ["configuration", "batch", "plain peer img/s", "cnnbench img/s", "cnnbench / peer (target >= 0.97)",
-              "first step s (peer / cnnbench)"]
-    return table(header, lines, "l" + "r" * 5) + ["", provenance({"h200_perf_peers.jsonl": [p for p in peers if p],
+        lines.append([label, str(batch), card(row) if row else "—", number(peer_ips) if peer else missing(section),
+                      rate(row, section), ratio(ours, peer_ips) or "—", f"{first} / {_first_step(row)}"])
+    header = ["configuration", "batch", "card", "plain peer img/s", "cnnbench img/s",
+              "cnnbench / peer (target >= 0.97)", "first step s (peer / cnnbench)"]
+    return table(header, lines, "llr" + "r" * 4) + ["", provenance({"h200_perf_peers.jsonl": [p for p in peers if p],
                                                                "h200_perf.csv": [r for r in rows if r]})]
 
 
