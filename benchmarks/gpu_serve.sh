@@ -17,7 +17,8 @@
 #   frames: the seed's case, 1080x1920 JPEG frames (about 280 KB) at a 1080x1920 model input, max batch 16,
 #      PyTorch fp16: `cnnbench infer` of the same spec first (the rate to reach, same invocation), then
 #      `cnnbench serve` with its default front ends at saturation (FRAMES_FRONTENDS=N another count,
-#      FRAMES_SECS the load's seconds, FRAMES_PROFILE=1 py-spy's samples of the loaded server);
+#      FRAMES_SECS the load's seconds, FRAMES_PROFILE=1 py-spy's samples of the loaded server,
+#      FRAMES_COPY_THREADS="1 0" a server per copy-thread count);
 #   litserve: PyTorch eager, the engine alone; cnnbench serve with 0 and the default front ends; the same engine
 #      behind LitServe (benchmarks/litserve_peer.py) with 1 and 4 inference workers; raw and JPEG at saturation.
 # Every step runs under timeout; a step that fails says so and the script goes on.
@@ -225,17 +226,21 @@ if part frames; then
   timeout 300 "$py" -m cnnbench.cli infer "$frames_spec" -b torch --device "$device" --out "$out/frames_infer.csv" \
     --no-report >> "$log" 2>&1 || echo "frames infer: failed ($?)"
   frontends_arg=(); [[ -n ${FRAMES_FRONTENDS:-} ]] && frontends_arg=(--frontends "$FRAMES_FRONTENDS")
-  start_server "$frames_spec" torch "$log" "${frontends_arg[@]}"
-  if ready "$pid" "$port" /v2/health/ready 300; then
-    # FRAMES_PROFILE=1 (a diagnostic, needs py-spy): where the server's processes spend a loaded second, sampled
-    # from 3 s into the load for 5 s into OUT/frames_profile.txt (collapsed stacks, one line per stack)
-    if [[ ${FRAMES_PROFILE:-0} == 1 ]] && command -v py-spy >/dev/null; then
-      (sleep 3; timeout 30 py-spy record --pid "$pid" --subprocesses --duration 5 --rate 100 --format raw \
-        --nonblocking --output "$out/frames_profile.txt" >> "$log" 2>&1) &
+  # FRAMES_COPY_THREADS="1 0": one server per count, one after the other (0: the default by image size)
+  for copy_threads in ${FRAMES_COPY_THREADS:-0}; do
+    echo "== frames copy_threads $copy_threads" >> "$log"
+    start_server "$frames_spec" torch "$log" "${frontends_arg[@]}" --copy-threads "$copy_threads"
+    if ready "$pid" "$port" /v2/health/ready 300; then
+      # FRAMES_PROFILE=1 (a diagnostic, needs py-spy): where the server's processes spend a loaded second, sampled
+      # from 3 s into the load for 5 s into OUT/frames_profile_ctN.txt (collapsed stacks, one line per stack)
+      if [[ ${FRAMES_PROFILE:-0} == 1 ]] && command -v py-spy >/dev/null; then
+        (sleep 3; timeout 30 py-spy record --pid "$pid" --subprocesses --duration 5 --rate 100 --format raw \
+          --nonblocking --output "$out/frames_profile_ct$copy_threads.txt" >> "$log" 2>&1) &
+      fi
+      secs=${FRAMES_SECS:-$secs} load "$out/frames_http.csv" "$frames_rate" jpeg --source-size "$frames_size"
     fi
-    secs=${FRAMES_SECS:-$secs} load "$out/frames_http.csv" "$frames_rate" jpeg --source-size "$frames_size"
-  fi
-  stop "$pid" "$log"
+    stop "$pid" "$log"
+  done
 fi
 # LitServe beside cnnbench serve, the same engine (PyTorch eager, as LitServe's predict calls it) and load:
 # the engine alone, cnnbench serve with one process and with its default front ends, LitServe with 1 and 4

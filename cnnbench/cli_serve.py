@@ -29,6 +29,9 @@ def serve(
     max_queue: Annotated[Optional[int], typer.Option(help="Requests waiting at most; past it 503.")] = None,
     max_body_bytes: Annotated[Optional[int], typer.Option(help="Larger bodies get 413.")] = None,
     decode_workers: Annotated[Optional[int], typer.Option(help="Image-decoding threads.")] = None,
+    copy_threads: Annotated[Optional[int], typer.Option(help=(
+        "Threads copying one request's pixels into its batch slot; 0: 4 for images of 1 MiB or more, "
+        "else 1."))] = None,
     batching: Annotated[Optional[str], typer.Option(
         help="dynamic (pipelined batcher) or none (one forward per request).")] = None,
     top_k: Annotated[Optional[int], typer.Option(help="Classes in each answer.")] = None,
@@ -50,8 +53,8 @@ def serve(
     check_device(device)
     overrides = {"host": host, "port": port, "max_batch": max_batch, "deadline_ms": deadline_ms,
                  "max_queue": max_queue, "max_body_bytes": max_body_bytes, "decode_workers": decode_workers,
-                 "batching": batching, "top_k": top_k, "http": http, "frontends": frontends,
-                 "max_pixels": max_pixels, "listen": listen}
+                 "copy_threads": copy_threads, "batching": batching, "top_k": top_k, "http": http,
+                 "frontends": frontends, "max_pixels": max_pixels, "listen": listen}
     code = serve_spec(load_spec(spec), backend, device, overrides)
     if code:
         raise typer.Exit(code)

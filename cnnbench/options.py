@@ -164,6 +164,8 @@ class ServeSpec:
     max_body_bytes: int = _f(8 * 2**20, "serve: larger request bodies get 413.", min=1)
     decode_workers: int = _f(4, "serve: threads decoding JPEG/PNG bodies (OpenCV releases the GIL).", min=1)
     top_k: int = _f(5, "serve: classes in each answer.", min=1)
+    copy_threads: int = _f(0, "serve: threads copying one request's pixels into its batch slot; 0: 4 for "
+                              "images of 1 MiB or more (a 1080p frame is 6.2 MB), else 1.", min=0, max=64)
     batching: str = _f("dynamic", "serve: dynamic (the pipelined batcher) or none (one forward per request, "
                                   "the plain route pattern).", choices=("dynamic", "none"))
     frontends: int = _f(-1, "serve: HTTP front-end processes (each parses, validates and decodes, and writes "

@@ -178,14 +178,21 @@ def test_frames_are_served_against_infer_of_the_same_invocation_and_litserve_bes
               "latency_ms_p99": 150.0, "mean_batch": 14.2}
     store.append_rows(frames / "frames_http.csv", [served])
     text = "\n".join(serving.frames(Results(tmp_path)))
-    assert ("| torch fp16, eager | 600 (26.7 ms) | 7 | 1,000 | 450 (0.75 of infer: not met) | 80.0 / 150.0 | 14.2 |"
-            in text)
+    assert ("| torch fp16, eager | H200 | 600 (26.7 ms) | 7 | 1 | 1,000 | 450 (0.75 of infer: not met) | 80.0 / 150.0 "
+            "| 14.2 |" in text)
     store.append_rows(frames / "frames_http.csv", [{**served, "images_per_sec": 540.0}])  # a rerun: the newest
     assert "540 (0.90 of infer: met)" in "\n".join(serving.frames(Results(tmp_path)))
     store.append_rows(frames / "frames_infer.csv", [{**base, "mode": "infer", "variant": "uint8_pinned",
                                                      "compile": True, "images_per_sec": 1000.0}])
     compiled = "\n".join(serving.frames(Results(tmp_path)))  # no compiled serve row: only the eager pair shows
     assert "compiled" not in compiled and "540 (0.90 of infer: met)" in compiled
+    # a server per copy-thread count is a line each; a card's rows are compared with that card's infer only
+    store.append_rows(frames / "frames_http.csv", [
+        {**served, "backend_options": "input=uint8_pinned;frontends=7;copy_threads=4", "images_per_sec": 580.0},
+        {**served, "device_name": "NVIDIA H100 80GB HBM3", "images_per_sec": 300.0}])
+    both = "\n".join(serving.frames(Results(tmp_path)))
+    assert "| torch fp16, eager | H200 | 600 (26.7 ms) | 7 | 4 | 1,000 | 580 (0.97 of infer: met) |" in both
+    assert "| torch fp16, eager | H100 | not measured yet" in both and "540 (0.90 of infer: met)" in both
 
     peers = tmp_path / serving.PEERS_DIR
     peers.mkdir()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numpy_serve_engine import SHAPE, NumpyEngine, expected_answer
 
-from cnnbench.infer.batcher import PipelinedBatcher, QueueFull, batch_shapes, padded_size
+from cnnbench.infer.batcher import PipelinedBatcher, QueueFull, batch_shapes, copy_threads_for, padded_size
 from cnnbench.infer.micro_batcher import MicroBatcher, poisson_arrivals, run_open_loop
 
 
@@ -163,3 +163,44 @@ def test_cuda_graphs_are_a_torch_gpu_serving_option_stamped_on_its_rows(tmp_path
     for backend, kind in (("torch", "cpu"), ("jax", "gpu")):  # no CUDA graph to capture
         variant = serve_run(spec, backend, kind)[1]
         assert not variant.cuda_graphs and "cuda_graphs" not in variant.options_text()
+
+
+class _FrameEngine:
+    """A framework-free engine of 1080p frames whose answer is each image's checksum: a copy that drops,
+    repeats or mixes up a band of rows shows in the answer."""
+
+    image_shape = (1080, 1920, 3)
+    pad_multiple = 1
+
+    def staging_buffers(self, count: int, max_batch: int) -> list[np.ndarray]:
+        self._host = [np.zeros((max_batch, *self.image_shape), np.uint8) for _ in range(count)]
+        return self._host
+
+    def launch(self, index: int, valid: int):
+        return _checksums(self._host[index][:valid])
+
+    def collect(self, handle):
+        return handle, np.zeros(handle.shape, np.float32)
+
+
+def _checksums(images: np.ndarray) -> np.ndarray:
+    weights = np.arange(1, images[0].size + 1, dtype=np.uint64)  # position-weighted: a moved band changes it
+    return np.array([int((image.reshape(-1).astype(np.uint64) * weights).sum()) for image in images])
+
+
+def test_large_images_are_copied_in_bands_by_several_threads_exactly():
+    assert copy_threads_for((1080, 1920, 3)) == 4 and copy_threads_for((224, 224, 3)) == 1
+    assert copy_threads_for((224, 224, 3), requested=2) == 2
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, _FrameEngine.image_shape, dtype=np.uint8) for _ in range(6)]
+    batcher = PipelinedBatcher(_FrameEngine(), max_batch=4, deadline_ms=5, max_queue=16, copy_threads=4)
+    futures = [batcher.submit(frame) for frame in frames]
+    bad = batcher.submit(np.zeros((1080, 1920, 2), np.uint8))  # a wrong shape fails this request only
+    copiers = [t for t in threading.enumerate() if t.name.startswith("batch-copy")]
+    answers = [int(f.result(timeout=30)[0]) for f in futures]
+    with pytest.raises(ValueError):
+        bad.result(timeout=30)
+    batcher.close()
+    assert answers == [int(c) for c in _checksums(np.stack(frames))]
+    assert 0 < len(copiers) <= 3  # the caller copies one band, at most three pool threads the others
+    assert not [t for t in threading.enumerate() if t.name.startswith("batch-copy")]  # close stops them

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from results_tables.rows import Results, Row, missing, newest, number, ok, provenance, table
+from results_tables.rows import Results, Row, card, missing, newest, number, ok, provenance, table
 
 CONFIGS = ("torch", "torch-graphs", "jax")
 ABSENT = missing("serving")
@@ -230,14 +230,26 @@ FRAMES_ABSENT = missing("serving-frames")
 def frames(results: Results) -> list[str]:
     """The seed's case (gpu_serve.sh PARTS=frames): 1080x1920 JPEG frames served at a 1080x1920 input, against
     `cnnbench infer` of the same spec in the same invocation (target: served >= 0.8 of it)."""
-    def key(row: Row) -> tuple[str, str, bool]:
-        return row["backend"], row["precision"], str(row.get("compile")).lower() == "true"
+    def key(row: Row) -> tuple[str, str, str, bool]:  # an invocation's card: infer and serve ran on it
+        return card(row), row["backend"], row["precision"], str(row.get("compile")).lower() == "true"
 
-    infer = newest([r for r in results.csv(f"{FRAMES_DIR}/frames_infer.csv") if ok(r)], key)
-    http = newest(results.csv(f"{FRAMES_DIR}/frames_http.csv"), key)
+    def served_key(row: Row) -> tuple[str, str, str, bool, str]:  # ...and each copy-thread count served
+        return *key(row), _option(row["backend_options"], "copy_threads") or "1"
+
+    infer_rows = [r for r in results.csv(f"{FRAMES_DIR}/frames_infer.csv") if ok(r)]
+    infer = newest(infer_rows, key)
+
+    def carded(row: Row) -> Row:
+        """Rows served before front ends named the card: the card of `cnnbench infer` of the same commit."""
+        if row.get("device_name"):
+            return row
+        same = [r for r in infer_rows if r.get("git_sha") == row.get("git_sha") and key(r)[1:] == key(row)[1:]]
+        return {**row, "device_name": same[-1]["device_name"]} if same else row
+
+    http = newest([carded(r) for r in results.csv(f"{FRAMES_DIR}/frames_http.csv")], served_key)
     lines = []
-    for (backend, precision, compiled), row in sorted(http.items()):
-        alone = infer.get((backend, precision, compiled))
+    for (gpu, backend, precision, compiled, copy_threads), row in sorted(http.items()):
+        alone = infer.get((gpu, backend, precision, compiled))
         rate = answered_200(row)
         if not ok(row):
             served = f"{row['status']}: {str(row.get('error') or '')[:60]}"
@@ -245,17 +257,19 @@ def frames(results: Results) -> list[str]:
             share = rate / alone["images_per_sec"] if alone else None
             verdict = "" if share is None else f" ({share:.2f} of infer: {'met' if share >= 0.8 else 'not met'})"
             served = f"{number(rate)}{verdict}"
-        lines.append([f"{backend} {precision}, {'compiled' if compiled else 'eager'}",
+        lines.append([f"{backend} {precision}, {'compiled' if compiled else 'eager'}", gpu,
                       f"{number(alone['images_per_sec'])} ({number(alone['step_time_ms_median'], 1)} ms)"
                       if alone else FRAMES_ABSENT,
-                      _option(row["backend_options"], "frontends") or "0", number(row["arrival_rate_rps"]), served,
+                      _option(row["backend_options"], "frontends") or "0", copy_threads,
+                      number(row["arrival_rate_rps"]), served,
                       f"{number(row['latency_ms_p50'], 1)} / {number(row['latency_ms_p99'], 1)}" if ok(row) else "",
                       number(row.get("mean_batch"), 1) + refused(row) if ok(row) else ""])
-    header = ["backend, precision", "cnnbench infer, batch 16: frames/s (batch ms)", "front ends",
-              "offered req/s", "served frames/s (target >= 0.8 of infer)", "p50 / p99 ms", "mean batch"]
+    header = ["backend, precision", "card", "cnnbench infer, batch 16: frames/s (batch ms)", "front ends",
+              "copy threads", "offered req/s", "served frames/s (target >= 0.8 of infer)", "p50 / p99 ms",
+              "mean batch"]
     shown = {f"{FRAMES_DIR}/frames_infer.csv": list(infer.values()),
              f"{FRAMES_DIR}/frames_http.csv": list(http.values())}
-    return table(header, lines or [[FRAMES_ABSENT, *[""] * 6]], "lrrrrrr") + ["", provenance(shown)]
+    return table(header, lines or [[FRAMES_ABSENT, *[""] * 8]], "llrrrrrrr") + ["", provenance(shown)]
 
 
 PEERS_DIR = "h200_serve_peers"

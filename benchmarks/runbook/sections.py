@@ -205,13 +205,16 @@ def _frames(compiled: bool) -> Section:
     """The seed's case (gpu_serve.sh PARTS=frames), eager or compiled: each writes the rows of its own kind."""
     kind = field_is("compile", "true", "True") if compiled else field_is("compile", "false", "False")
     summary = ("the same frames with the forward compiled (torch.compile, every batch padded to 16: one shape for "
-               "the server to compile; infer and serve share one compile cache folder)" if compiled else
+               "the server to compile; infer and serve share one compile cache folder), served with 1 and with 4 "
+               "threads copying each frame into its batch slot, 10 s each" if compiled else
                "the seed's case: 1080x1920 JPEG frames at a 1080x1920 input, max batch 16, PyTorch fp16, cnnbench "
                "infer of the same spec, then cnnbench serve with its default front ends (gpu_serve.sh PARTS=frames)")
     return Section(
         "serving-frames-compiled" if compiled else "serving-frames", 6 if compiled else 3, summary,
         script("benchmarks/gpu_serve.sh", "h200_serve_frames", 500 if compiled else 300, PARTS="frames",
-               FRAMES_COMPILE=str(compiled).lower()),
+               FRAMES_COMPILE=str(compiled).lower(), FRAMES_SECS="10",
+               # the engine's copy of 6 MB frames by one thread, then by the default 4 (H100: 291 served of 576)
+               FRAMES_COPY_THREADS="1 0"),
         (*SERVE_DEPS, "experiments/frames_1080p_infer.toml", "benchmarks/spec_variant.py"),
         (Output("h200_serve_frames/frames_http.csv", kind), Output("h200_serve_frames/frames_infer.csv", kind)),
         needs=("starlette", "uvicorn", "httptools"))

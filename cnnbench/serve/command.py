@@ -11,6 +11,7 @@ from typing import Any
 
 from cnnbench.backend import load as load_backend
 from cnnbench.errors import UserError
+from cnnbench.infer.batcher import copy_threads_for
 from cnnbench.serve.config import ServeConfig, default_frontends
 
 
@@ -55,6 +56,9 @@ def serve(config: ServeConfig, recipe: EngineRecipe, info: dict[str, Any]) -> in
     info.setdefault("model_name", info["row"]["model"])
     info["config"] = dataclasses.asdict(config)
     serving = f"frontends={config.frontends}" + (f";listen={config.listen}" if config.frontends else "")
+    copy_threads = copy_threads_for(tuple(info["image_shape"]), config.copy_threads)
+    if copy_threads > 1:  # named only where a large image is copied by several threads
+        serving += f";copy_threads={copy_threads}"
     info["row"]["backend_options"] = ";".join(filter(None, [info["row"].get("backend_options"), serving]))
     if config.frontends:
         from cnnbench.serve.frontends import Supervisor

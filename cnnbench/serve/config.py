@@ -35,6 +35,7 @@ class ServeConfig:
     max_queue: int = 256  # requests waiting for the device; past it, 503 with Retry-After
     max_body_bytes: int = 8 * 2**20
     decode_workers: int = 4  # per front end
+    copy_threads: int = 0  # threads copying one image into its batch slot; 0: 4 for images >= 1 MiB, else 1
     pad_multiple: int = 8
     top_k: int = 5
     batching: str = "dynamic"
@@ -53,6 +54,8 @@ class ServeConfig:
                      "max_header_bytes", "max_connections", "max_pixels"):
             if getattr(self, name) < 1:
                 raise UserError(f"serve: {name} must be >= 1, found {getattr(self, name)}")
+        if not 0 <= self.copy_threads <= 64:
+            raise UserError(f"serve: copy_threads must be 0..64 (0: chosen by image size), found {self.copy_threads}")
         if not 0 <= self.port <= 65535:
             raise UserError(f"serve: port must be 0..65535, found {self.port}")
         for name in ("deadline_ms", "header_timeout_s", "body_timeout_s"):
