@@ -204,3 +204,33 @@ def test_large_images_are_copied_in_bands_by_several_threads_exactly():
     assert answers == [int(c) for c in _checksums(np.stack(frames))]
     assert 0 < len(copiers) <= 3  # the caller copies one band, at most three pool threads the others
     assert not [t for t in threading.enumerate() if t.name.startswith("batch-copy")]  # close stops them
+
+
+class _Places:
+    """What answers.admitted asks of a service (a front end's free ring slots, or the queue's room): why one
+    more request beside those being decoded cannot be taken, or None."""
+
+    def __init__(self, places: int | None) -> None:
+        self.places, self.admitting = places, 0
+
+    def refusal(self, decoding: int) -> str | None:
+        if self.places is None or decoding < self.places:
+            return None
+        return f"{decoding} requests are being decoded ({self.places} places)"
+
+
+def test_a_full_server_refuses_before_decoding_and_a_decoded_request_keeps_its_place():
+    from cnnbench.serve.answers import admitted
+
+    service = _Places(2)
+    with admitted(service), admitted(service):  # two bodies being decoded take the two places
+        assert service.admitting == 2
+        with pytest.raises(QueueFull, match="2 requests are being decoded"), admitted(service):
+            pass  # the third is refused before any decode
+    assert service.admitting == 0  # decoded (or failed to): the places are given back
+    with pytest.raises(ValueError), admitted(service):
+        raise ValueError("a corrupt body")
+    assert service.admitting == 0
+    unlimited = _Places(None)  # the plain route: no queue to fill
+    with admitted(unlimited), admitted(unlimited), admitted(unlimited):
+        assert unlimited.admitting == 3

@@ -20,8 +20,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from cnnbench.infer.batcher import QueueFull
 from cnnbench.infer.images import BadInput
-from cnnbench.serve.answers import error_response, image_of, infer_status
+from cnnbench.serve.answers import admitted, error_response, image_of, infer_status
 from cnnbench.serve.config import IMAGE_TYPES
 from cnnbench.serve.limits import ClientGone, RequestRefused, guarded_protocol, read_body
 
@@ -65,9 +66,12 @@ def build_app(service: Any) -> Any:
         if not body:
             return error_response(400, "empty body: expected JPEG/PNG bytes or a raw uint8 tensor")
         try:
-            image = await image_of(service, body, request.headers)
+            with admitted(service):  # refused before its decode when the queue is full
+                image = await image_of(service, body, request.headers)
         except BadInput as exc:
             return error_response(400, str(exc))
+        except QueueFull as exc:
+            return error_response(503, str(exc))
         status, result = await infer_status(service, [image])
         if status != 200:
             return error_response(status, result)

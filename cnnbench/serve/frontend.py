@@ -52,6 +52,7 @@ class RingService:
         per = config.ring_slots_per_frontend
         self.free = list(range(index * per, (index + 1) * per))[::-1]  # LIFO: few slots' pages are touched
         self.pending: dict[int, tuple[asyncio.Future, int]] = {}
+        self.admitting = 0  # requests being decoded, each sure of a slot (answers.admitted)
         self.ids = itertools.count()
         self.sock: socket.socket | None = None
         self.engine_gone = False
@@ -98,6 +99,14 @@ class RingService:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
+
+    def refusal(self, decoding: int) -> str | None:
+        """Why this front end cannot take one more request beside ``decoding`` ones being decoded (each sure
+        of one of its free ring slots), or None (answers.admitted)."""
+        if len(self.free) > decoding:
+            return None
+        return (f"{len(self.pending)} requests of this front end are in the engine and {decoding} being decoded "
+                f"(its {self.config.ring_slots_per_frontend} ring slots)")
 
     async def infer(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not self.ready.is_set():

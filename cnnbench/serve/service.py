@@ -47,6 +47,7 @@ class InferenceService:
         self.ready = threading.Event()
         self.failure: str | None = None
         self.outstanding = 0  # batching none: requests in the pool
+        self.admitting = 0  # requests being decoded, each sure of a place in the queue (answers.admitted)
         self.metrics = ServerMetrics(config.max_batch, self._depth)
         self.on_failure: Callable[[], None] = lambda: None
 
@@ -108,6 +109,14 @@ class InferenceService:
         self.pool.shutdown(wait=True)
 
     # -- one image -------------------------------------------------------------------------------
+
+    def refusal(self, decoding: int) -> str | None:
+        """Why one more request cannot be queued beside ``decoding`` ones being decoded, or None
+        (answers.admitted). The plain route has no queue to fill here (its limit counts calls in flight)."""
+        if self.batcher is None or self.batcher.depth + decoding < self.config.max_queue:
+            return None
+        return (f"{self.batcher.depth} requests are waiting and {decoding} being decoded "
+                f"(max_queue {self.config.max_queue})")
 
     async def infer(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(top-k class ids, probabilities) of one (H, W, C) uint8 image; raises QueueFull or Closed
