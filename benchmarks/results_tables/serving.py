@@ -306,5 +306,7 @@ def peers(results: Results) -> list[str]:
     shown = {f"{PEERS_DIR}/pipeline.jsonl": list(pipeline.values()),
              f"{PEERS_DIR}/peers_http.csv": list(ours.values()),
              f"{PEERS_DIR}/litserve_http.csv": list(theirs.values())}
-    return table(["PyTorch eager, ResNet-50 bf16", "raw 224x224: answered img/s (of the engine), p50 / p99 ms",
+    cards = sorted({card(r) for r in ours.values()} - {"—"})  # one invocation: one card
+    title = "PyTorch eager, ResNet-50 bf16" + (f", {' and '.join(cards)}" if cards else "")
+    return table([title, "raw 224x224: answered img/s (of the engine), p50 / p99 ms",
                   "JPEG 500x375: answered img/s, p50 / p99 ms"], lines, "lrr") + ["", provenance(shown)]
