@@ -19,7 +19,8 @@
 #      `cnnbench serve` with its default front ends at saturation (FRAMES_FRONTENDS=N another count,
 #      FRAMES_SECS the load's seconds, FRAMES_PROFILE=1 py-spy's samples of the loaded server,
 #      FRAMES_COPY_THREADS="1 0" a server per copy-thread count);
-#   litserve: PyTorch eager, the engine alone; cnnbench serve with 0 and the default front ends; the same engine
+#   litserve: PyTorch eager, the engine alone; cnnbench serve with 0 and the default front ends and its plain
+#      route (one forward per request); the same engine
 #      behind LitServe (benchmarks/litserve_peer.py) with 1 and 4 inference workers; raw and JPEG at saturation.
 # Every step runs under timeout; a step that fails says so and the script goes on.
 # Usage: benchmarks/gpu_serve.sh OUT_DIR  (SMOKE=1: a tiny CPU model and small rates, as a dry run)
@@ -248,12 +249,17 @@ fi
 if part litserve; then
   log=$out/serve_litserve.log
   part base || engine_alone torch "$log"
-  for fe in 0 default; do
+  for fe in 0 default plain; do  # plain: one forward per request (batching none), the route most servers start as
     echo "== torch frontends $fe" >> "$log"
-    if [[ $fe == default ]]; then start_server "$spec" torch "$log"; else start_server "$spec" torch "$log" --frontends 0; fi
+    case $fe in
+      default) start_server "$spec" torch "$log" ;;
+      plain) start_server "$spec" torch "$log" --frontends 0 --batching none ;;
+      *) start_server "$spec" torch "$log" --frontends 0 ;;
+    esac
+    rate=$high jpeg=$jpeg_rate; [[ $fe == plain ]] && rate=$plain_high jpeg=$plain_high
     if ready "$pid" "$port" /v2/health/ready 150; then
-      load "$out/peers_http.csv" "$high" raw
-      load "$out/peers_http.csv" "$jpeg_rate" jpeg --source-size 500x375
+      load "$out/peers_http.csv" "$rate" raw
+      load "$out/peers_http.csv" "$jpeg" jpeg --source-size 500x375
     fi
     stop "$pid" "$log"
   done

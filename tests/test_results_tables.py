@@ -202,7 +202,8 @@ def test_frames_are_served_against_infer_of_the_same_invocation_and_litserve_bes
     store.append_rows(peers / "peers_http.csv", [
         {**ours, "backend_options": "frontends=0", "request_input": "raw", "images_per_sec": 2000.0},
         {**ours, "backend_options": "frontends=7", "request_input": "raw", "images_per_sec": 3800.0},
-        {**ours, "backend_options": "frontends=7", "request_input": "jpeg", "images_per_sec": 3000.0}])
+        {**ours, "backend_options": "frontends=7", "request_input": "jpeg", "images_per_sec": 3000.0},
+        {**ours, "variant": "none", "backend_options": "frontends=0", "request_input": "raw", "images_per_sec": 150.0}])
     store.append_rows(peers / "litserve_http.csv", [
         {**ours, "variant": "litserve", "backend_options": "server=litserve;workers=4;api_servers=4",
          "request_input": "raw", "images_per_sec": 1000.0}])
@@ -210,4 +211,5 @@ def test_frames_are_served_against_infer_of_the_same_invocation_and_litserve_bes
     assert "| engine alone, batch 32 (no HTTP) | 4,000 |  |" in table
     assert "| cnnbench serve, 7 front ends | 3,800 (0.95), 9.0 / 30.0 | 3,000, 9.0 / 30.0 |" in table
     assert "| cnnbench serve, one process | 2,000 (0.50), 9.0 / 30.0 | not measured yet" in table
+    assert "| cnnbench serve, plain route (one forward per request) | 150 (0.04), 9.0 / 30.0 | not measured" in table
     assert "| LitServe, 4 worker(s), 4 API servers | 1,000 (0.25), 9.0 / 30.0 | not measured yet" in table

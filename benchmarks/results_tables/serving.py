@@ -281,8 +281,9 @@ def peers(results: Results) -> list[str]:
     224x224 and JPEG 500x375 at saturation, one invocation; the engine alone as the ceiling."""
     pipeline = newest(results.jsonl(f"{PEERS_DIR}/pipeline.jsonl"), lambda r: r["backend"])
     engine = pipeline.get("torch", {}).get("engine_img_s")
-    ours = newest(results.csv(f"{PEERS_DIR}/peers_http.csv"),
-                  lambda r: (_option(r["backend_options"], "frontends") or "0", r["request_input"]))
+    ours = newest(results.csv(f"{PEERS_DIR}/peers_http.csv"),  # variant: dynamic, or none (the plain route)
+                  lambda r: (r["variant"] == "none", _option(r["backend_options"], "frontends") or "0",
+                             r["request_input"]))
     theirs = newest(results.csv(f"{PEERS_DIR}/litserve_http.csv"),
                     lambda r: (_option(r["backend_options"], "workers") or "1", r["request_input"]))
 
@@ -297,9 +298,12 @@ def peers(results: Results) -> list[str]:
                 f"{refused(row)}")
 
     lines = [["engine alone, batch 32 (no HTTP)", number(engine) if engine else PEERS_ABSENT, ""]]
-    for fe in sorted({k[0] for k in ours}, key=int) or ["0"]:
+    for fe in sorted({k[1] for k in ours if not k[0]}, key=int) or ["0"]:
         where = "one process" if fe == "0" else f"{fe} front ends"
-        lines.append([f"cnnbench serve, {where}", cell(ours.get((fe, "raw"))), cell(ours.get((fe, "jpeg")))])
+        lines.append([f"cnnbench serve, {where}", cell(ours.get((False, fe, "raw"))),
+                      cell(ours.get((False, fe, "jpeg")))])
+    lines.append(["cnnbench serve, plain route (one forward per request)", cell(ours.get((True, "0", "raw"))),
+                  cell(ours.get((True, "0", "jpeg")))])
     for workers in sorted({k[0] for k in theirs}, key=int) or ["1"]:
         lines.append([f"LitServe, {workers} worker(s), 4 API servers", cell(theirs.get((workers, "raw"))),
                       cell(theirs.get((workers, "jpeg")))])

@@ -223,8 +223,9 @@ def _frames(compiled: bool) -> Section:
 SECTIONS["serving-frames"] = _frames(compiled=False)
 SECTIONS["serving-frames-compiled"] = _frames(compiled=True)
 SECTIONS["serving-peers"] = Section(
-    "serving-peers", 5, "PyTorch eager: the engine alone, cnnbench serve with 0 and the default front ends, the same "
-    "engine behind LitServe with 1 and 4 workers, raw and JPEG at saturation (gpu_serve.sh PARTS=litserve)",
+    "serving-peers", 6, "PyTorch eager: the engine alone, cnnbench serve with 0 and the default front ends and its "
+    "plain route, the same engine behind LitServe with 1 and 4 workers, raw and JPEG at saturation "
+    "(gpu_serve.sh PARTS=litserve)",
     script("benchmarks/gpu_serve.sh", "h200_serve_peers", 420, PARTS="litserve"),
     (*SERVE_DEPS, "benchmarks/litserve_peer.py"),
     (Output("h200_serve_peers/peers_http.csv"), Output("h200_serve_peers/litserve_http.csv")),
