@@ -72,7 +72,7 @@ load() {  # load CSV RATE INPUT [extra args]: one row
   local secs=$secs; ((rate <= low)) && secs=$low_secs
   # one client process per ~2,500 req/s; connections to match the
   # rate: at 100 req/s, 512 connections would each idle past uvicorn's 5 s keep-alive and reconnect
-  local procs=$(( rate / 2500 + 1 )); ((procs > max_procs)) && procs=$max_procs
+  local procs=${load_procs:-$(( rate / 2500 + 1 ))}; ((procs > max_procs)) && procs=$max_procs
   local conns=$(( rate / 8 )); ((conns < 32)) && conns=32; ((conns > 512)) && conns=512
   # the outer limit covers the wait for the server (--wait 150), the seconds of load and the last answers
   timeout $((150 + secs + 40)) "$py" -m cnnbench.cli load "$url" --rate "$rate" --requests $((rate * secs)) --duration "$secs" \
@@ -240,8 +240,8 @@ if part frames; then
       fi
       # two client processes: 1,000 bodies of 280 KB a second is 280 MB/s for the client to send (one process
       # lagged its schedule by a p99 of 0.1-1.6 s in the runs of 2026-12-06)
-      secs=${FRAMES_SECS:-$secs} load "$out/frames_http.csv" "$frames_rate" jpeg --source-size "$frames_size" \
-        --processes 2
+      load_procs=2 secs=${FRAMES_SECS:-$secs} load "$out/frames_http.csv" "$frames_rate" jpeg \
+        --source-size "$frames_size"
     fi
     stop "$pid" "$log"
   done

@@ -54,11 +54,13 @@ def serve(config: ServeConfig, recipe: EngineRecipe, info: dict[str, Any]) -> in
 
     info.setdefault("top_k", config.top_k)
     info.setdefault("model_name", info["row"]["model"])
+    # 0 (by image size) is resolved here, once: the batcher of either server takes the count as it is
+    config = dataclasses.replace(config, copy_threads=copy_threads_for(tuple(info["image_shape"]),
+                                                                       config.copy_threads))
     info["config"] = dataclasses.asdict(config)
     serving = f"frontends={config.frontends}" + (f";listen={config.listen}" if config.frontends else "")
-    copy_threads = copy_threads_for(tuple(info["image_shape"]), config.copy_threads)
-    if copy_threads > 1:  # named only where a large image is copied by several threads
-        serving += f";copy_threads={copy_threads}"
+    if config.copy_threads > 1:  # named only where a large image is copied by several threads
+        serving += f";copy_threads={config.copy_threads}"
     info["row"]["backend_options"] = ";".join(filter(None, [info["row"].get("backend_options"), serving]))
     if config.frontends:
         from cnnbench.serve.frontends import Supervisor

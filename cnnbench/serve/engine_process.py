@@ -27,7 +27,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
-from cnnbench.infer.batcher import Closed, PipelinedBatcher, QueueFull, copy_threads_for
+from cnnbench.infer.batcher import Closed, PipelinedBatcher, QueueFull
 from cnnbench.serve.config import ServeConfig
 from cnnbench.serve.ring import FAILED, READY, STOPPED, Ring, RingLayout, die_with_parent
 
@@ -128,7 +128,7 @@ def engine_main(recipe: Any, layout: RingLayout, address: str, config: ServeConf
     try:
         engine = recipe.build()
         batcher = PipelinedBatcher(engine, config.max_batch, config.deadline_ms, config.max_queue,
-                                   copy_threads=copy_threads_for(engine.image_shape, config.copy_threads))
+                                   copy_threads=config.copy_threads)  # resolved by command.serve
         warm_up(batcher, engine, config.max_batch)
 
         def on_batch(size: int, seconds: float) -> None:

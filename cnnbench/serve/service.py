@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from cnnbench.infer.batcher import PipelinedBatcher, QueueFull, ServeEngine, batch_shapes, copy_threads_for
+from cnnbench.infer.batcher import PipelinedBatcher, QueueFull, ServeEngine, batch_shapes
 from cnnbench.serve.config import ServeConfig
 from cnnbench.serve.metrics import ServerMetrics
 
@@ -70,7 +70,7 @@ class InferenceService:
             if self.config.batching == "dynamic":
                 self.batcher = PipelinedBatcher(
                     self.engine, self.config.max_batch, self.config.deadline_ms, self.config.max_queue,
-                    copy_threads=copy_threads_for(self.engine.image_shape, self.config.copy_threads))
+                    copy_threads=self.config.copy_threads)  # resolved by command.serve
                 warm_up(self.batcher, self.engine, self.config.max_batch)
                 self.batcher.on_batch = self.metrics.on_batch  # served batches only, not warm-up ones
             else:
