@@ -51,3 +51,31 @@ def test_serve_engine_cuda_graph_replays_match_the_eager_forward():
             assert (g_ids[:, 0] == w_ids[:, 0]).mean() > 0.95  # bf16: near-ties may swap
             assert np.allclose(g_scores[:, 0], w_scores[:, 0], atol=2e-2)
     assert sorted(graphs._graphs) == [8, 16, 24, 32]
+
+
+def test_serve_engine_compiled_forward_replays_in_a_cuda_graph():
+    """``compile = true`` with serve_cuda_graphs: the graph captures the compiled uint8 forward, and its
+    replays answer as that forward does outside a graph."""
+    import dataclasses
+
+    import numpy as np
+
+    from backends.torch.serve import TorchServeEngine
+    from cnnbench.infer.plan import serve_run
+    from cnnbench.spec import load_spec
+
+    spec = load_spec(REPO / "experiments" / "resnet50_serve.toml")
+    run, variant = serve_run(spec, "torch", "gpu")
+    compiled = dataclasses.replace(variant, compile=True)
+    graphs = TorchServeEngine(run, dataclasses.replace(compiled, cuda_graphs=True), top_k=5, pad_multiple=32)
+    plain = TorchServeEngine(run, dataclasses.replace(compiled, cuda_graphs=False), top_k=5, pad_multiple=32)
+    plain.base.model.load_state_dict(graphs.base.model.state_dict())
+    for engine in (graphs, plain):
+        buffer = engine.staging_buffers(1, 32)[0]
+        buffer[:] = np.random.default_rng(0).integers(0, 256, buffer.shape, dtype=np.uint8)
+    for valid in (3, 32):
+        (g_ids, g_scores), (p_ids, p_scores) = (e.collect(e.launch(0, valid)) for e in (graphs, plain))
+        assert g_ids.shape == (valid, 5)
+        assert (g_ids[:, 0] == p_ids[:, 0]).mean() > 0.95
+        assert np.allclose(g_scores[:, 0], p_scores[:, 0], atol=2e-2)
+    assert sorted(graphs._graphs) == [32]

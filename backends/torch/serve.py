@@ -7,10 +7,15 @@ NCHW (a permuted view: channels_last strides, no copy), scale and shift, the for
 top-k, the (small) top-k copied back into pinned memory, and a done event. The copy of batch n+1 thus
 runs while batch n computes. On a CPU the buffers are plain memory and the same calls run in order.
 
+With ``compile`` the forward is `infer`'s compiled uint8 forward (one graph per padded batch shape, the
+normalisation fused into its first kernels), so a served row that says compile=true ran what `cnnbench
+infer` of the same spec times; without it, the eager model.
+
 With ``variant.cuda_graphs`` (``[torch] serve_cuda_graphs = true``, GPU only) the compute half of
 a launch is one CUDA graph replay per padded batch shape, captured at the shape's first launch (the
-server's warm-up): the eager forward costs milliseconds of Python per batch, held under the GIL that
-the event loop and the batcher's threads need too; a replay costs microseconds. A graph reads its
+server's warm-up), of whichever forward ``compile`` picks: the eager forward costs milliseconds of Python
+per batch, held under the GIL that the event loop and the batcher's threads need too; a replay costs
+microseconds. A graph reads its
 input from one fixed device buffer, so the copy stream still lands each batch in a fresh buffer and the
 compute stream copies it into the graph's input (device to device, microseconds) just before the
 replay: the next batch's upload cannot overwrite an input that is still being read.
@@ -23,8 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from backends.torch.infer import TorchInference
-from cnnbench.data.normalize import channel_scale_shift
+from backends.torch.infer import TorchInference, normalize_uint8
 from cnnbench.infer.batcher import padded_size
 from cnnbench.runs import Run, Variant
 
@@ -35,16 +39,14 @@ class TorchServeEngine:
         self.device, self.on_gpu = self.base.device, self.base.on_gpu
         self.image_shape = (*run.image_size, run.channels)
         self.top_k, self.pad_multiple = min(top_k, run.num_classes), max(pad_multiple, 1)
-        scale, shift = channel_scale_shift(run.channels)  # broadcast over NCHW
-        self.scale = torch.from_numpy(scale).to(self.device).view(1, -1, 1, 1)
-        self.shift = torch.from_numpy(shift).to(self.device).view(1, -1, 1, 1)
         self.copy_stream = torch.cuda.Stream(self.device) if self.on_gpu else None
         self.compute_stream = torch.cuda.Stream(self.device) if self.on_gpu else None
         self._host: list[torch.Tensor] = []
         self.cuda_graphs = bool(variant.cuda_graphs and self.on_gpu)
+        self.compiled = variant.compile  # the spec's compile: the server runs the forward `infer` times
         self._graphs: dict[int, tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         if self.on_gpu:
-            torch.cuda.synchronize()  # scale and shift were made on the default stream; launches use others
+            torch.cuda.synchronize()  # the model was made on the default stream; launches use others
 
     def staging_buffers(self, count: int, max_batch: int) -> list[np.ndarray]:
         shape = (max_batch, *self.image_shape)
@@ -53,12 +55,16 @@ class TorchServeEngine:
 
     @torch.inference_mode()
     def _top_k(self, images: torch.Tensor, cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        x = images.permute(0, 3, 1, 2).float() * self.scale + self.shift
-        x = x.contiguous(memory_format=self.base.memory_format)
-        dtype = self.base.autocast_dtype
-        # cache=False in a graph capture: autocast's cache of cast weights must not outlive the capture
-        with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None, cache_enabled=cache):
-            logits = self.base.model(x)
+        if self.compiled:
+            # the compiled uint8 forward of `infer` (one graph per padded shape, normalisation fused into
+            # its first kernels); autocast is traced into the graph, so no cache of cast weights exists
+            logits = self.base.forward_uint8(images)
+        else:
+            x = normalize_uint8(images, self.base.scale, self.base.shift, self.base.memory_format)
+            dtype = self.base.autocast_dtype
+            # cache=False in a graph capture: autocast's cache of cast weights must not outlive the capture
+            with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None, cache_enabled=cache):
+                logits = self.base.model(x)
         scores, ids = torch.softmax(logits.float(), dim=1).topk(self.top_k, dim=1)
         return ids, scores
 
