@@ -80,10 +80,13 @@ load() {  # load CSV RATE INPUT [extra args]: one row
     || echo "load $rate $input: failed ($?)"
 }
 
-stop() {  # stop PID LOG: SIGTERM (the server drains), bounded wait, the exit code into the log
+stop() {  # stop PID LOG: SIGTERM (the server drains), bounded wait, the exit code and seconds into the log
+  # the server bounds its own stop (a front end's graceful shutdown, then the engine's drain: 60 s each at
+  # most); waiting longer than that records the server's own exit code, not this script's SIGKILL
+  local began=$SECONDS
   kill -TERM "$1" 2>/dev/null
-  timeout 30 tail --pid="$1" -f /dev/null || kill -KILL "$1"
-  wait "$1"; echo "server exit code $?" >> "$2"
+  timeout 150 tail --pid="$1" -f /dev/null || kill -KILL "$1"
+  wait "$1"; echo "server exit code $? after $((SECONDS - began)) s" >> "$2"
 }
 
 # 0. The HTTP stack alone: what one server process can answer when the model costs nothing, with

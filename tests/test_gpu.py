@@ -50,7 +50,8 @@ def test_serve_engine_cuda_graph_replays_match_the_eager_forward():
             assert g_ids.shape == (valid, 5)
             assert (g_ids[:, 0] == w_ids[:, 0]).mean() > 0.95  # bf16: near-ties may swap
             assert np.allclose(g_scores[:, 0], w_scores[:, 0], atol=2e-2)
-    assert sorted(graphs._graphs) == [8, 16, 24, 32]
+    # a graph per padded shape that ran: 3 and 8 pad to 8, 17 to 24 (captured on first use)
+    assert sorted(graphs._graphs) == [8, 24, 32]
 
 
 def test_serve_engine_compiled_forward_replays_in_a_cuda_graph():

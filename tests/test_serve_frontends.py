@@ -7,6 +7,7 @@ exit, Ctrl-C stops the group; the ring leaves /dev/shm each time. Servers are re
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -78,6 +79,9 @@ def test_sigterm_answers_everything_in_progress_then_exits_0_and_removes_the_rin
     assert [a.json()["classes"] for a in answers] == [expected_answer(i) for i in images]
     assert server.process.wait(timeout=30) == 0
     assert_ring_removed(server)
+    # the log says where the stop spent its time, and every process's exit code
+    assert re.search(r"stopped: front ends in [\d.]+ s \(exit codes 0, 0\), engine drained in [\d.]+ s "
+                     r"\(exit code 0\)", server.process.stdout.read())
 
 
 def test_a_killed_front_end_is_restarted_and_the_others_keep_serving():

@@ -120,11 +120,19 @@ class Supervisor:
     def _drain(self) -> bool:
         """Front ends first (they answer what is in progress, which needs the engine), then the engine;
         True when every process exited 0."""
+        began = time.monotonic()
         clean = True
         for process in self.frontends:
             clean &= _terminate(process)
+        frontends_s = time.monotonic() - began
         if self.engine is not None:
             clean &= _terminate(self.engine, STOP_SIGNAL)
+        # one line that says where a slow stop spent its time (an orchestrator's grace period is finite)
+        codes = ", ".join(str(p.exitcode) for p in self.frontends)
+        engine_code = self.engine.exitcode if self.engine is not None else None
+        print(f"cnnbench serve: stopped: front ends in {frontends_s:.1f} s (exit codes {codes}), engine drained "
+              f"in {time.monotonic() - began - frontends_s:.1f} s (exit code {engine_code})",
+              file=sys.stderr, flush=True)
         return clean
 
     def _stop_all(self) -> None:
