@@ -50,7 +50,11 @@ class Output:
 CORE = ("cnnbench/run", "cnnbench/runs.py", "cnnbench/spec.py", "cnnbench/options.py", "cnnbench/registry.py",
         "cnnbench/backend.py", "cnnbench/expand.py", "cnnbench/rows.py", "cnnbench/gpu_monitor.py",
         "cnnbench/model", "cnnbench/table", "backends/__init__.py", "benchmarks/runbook/steps.py")
-TORCH, JAX = "backends/torch", "backends/jax"
+TORCH_DIR, JAX_DIR = "backends/torch", "backends/jax"
+# A backend's serving engine (serve.py) makes only the serving rows: a change there leaves the training and
+# inference rows current (git pathspecs; the serving sections name the whole folders).
+TORCH = (TORCH_DIR, f":(exclude){TORCH_DIR}/serve.py")
+JAX = (JAX_DIR, f":(exclude){JAX_DIR}/serve.py")
 PAIRS = ("benchmarks/runbook/pairs.py", "experiments/resnet50_synthetic.toml")
 INFER = ("cnnbench/infer", "experiments/resnet50_infer.toml", "benchmarks/runbook/inference.py")
 
@@ -74,74 +78,74 @@ def _compare(*pairs: str) -> tuple[Output, ...]:
 SECTIONS: dict[str, Section] = {s.name: s for s in (
     Section("baseline", 8, "every training path once: ResNet-50 (torch eager and compiled, jax sharded and pmap), "
             "ResNet-18 CIFAR", training.baseline,
-            (*CORE, TORCH, JAX, "experiments/resnet50_synthetic.toml", "experiments/resnet18_synthetic.toml",
+            (*CORE, *TORCH, *JAX, "experiments/resnet50_synthetic.toml", "experiments/resnet18_synthetic.toml",
              "benchmarks/runbook/training.py"),
             (Output("h200_resnet50.csv"), Output("h200_resnet18.csv"))),
     Section("training", 7, "PyTorch eager, compiled model only and compiled whole step beside their plain peers",
-            training.training, (*CORE, *PAIRS, TORCH, "benchmarks/plain_peers/torch_resnet50.py"),
+            training.training, (*CORE, *PAIRS, *TORCH, "benchmarks/plain_peers/torch_resnet50.py"),
             _compare("eager", "model", "step")),
     Section("training-graphs", 5, "the whole step with CUDA graphs (reduce-overhead) beside its plain peer",
-            training.training_graphs, (*CORE, *PAIRS, TORCH, "benchmarks/plain_peers/torch_resnet50.py"),
+            training.training_graphs, (*CORE, *PAIRS, *TORCH, "benchmarks/plain_peers/torch_resnet50.py"),
             _compare("step-cudagraphs")),
     Section("training-jax", 4, "JAX sharded at batch 256 and 512 beside the plain Flax loop", training.training_jax,
-            (*CORE, *PAIRS, JAX, "benchmarks/plain_peers/jax_resnet50.py"), _compare("jax", "jax-b512")),
+            (*CORE, *PAIRS, *JAX, "benchmarks/plain_peers/jax_resnet50.py"), _compare("jax", "jax-b512")),
     Section("options", 8, "one option at a time: fused/foreach SGD, reduce-overhead, JAX batch 512 and 1024, XLA "
             "command buffers off, max-autotune last", training.options,
-            (*CORE, TORCH, JAX, "experiments/resnet50_synthetic.toml", "benchmarks/runbook/training.py"),
+            (*CORE, *TORCH, *JAX, "experiments/resnet50_synthetic.toml", "benchmarks/runbook/training.py"),
             (Output("h200_options.csv"),)),
     Section("options-ddp", 8, "the 1-process DDP wrapper with each ddp_compile mode beside the peer's --ddp",
-            training.options_ddp, (*CORE, *PAIRS, TORCH, "benchmarks/plain_peers/torch_resnet50.py"),
+            training.options_ddp, (*CORE, *PAIRS, *TORCH, "benchmarks/plain_peers/torch_resnet50.py"),
             (Output("h200_perf.csv", spec_starts("torch_ddp_")),
              Output("h200_perf_peers.jsonl", lambda r: r.get("pair", "").startswith("ddp-")))),
     Section("inference-torch", 8, "PyTorch inference by input at batches 256, 512, then 1, 64; the plain compiled "
             "forward at 256", inference.inference_torch,
-            (*CORE, *INFER, TORCH, "benchmarks/plain_peers/torch_resnet50_infer.py"),
+            (*CORE, *INFER, *TORCH, "benchmarks/plain_peers/torch_resnet50_infer.py"),
             (Output("h200_perf.csv", lambda r: r.get("spec_name") == "perf_infer" and r.get("backend") == "torch"),
              Output("h200_perf_peers.jsonl", field_is("pair", "infer-torch-b256")))),
     Section("inference-jax", 4, "JAX inference by input at batches 1, 64, 256, 512; the plain jitted forward at 256",
-            inference.inference_jax, (*CORE, *INFER, JAX, "benchmarks/plain_peers/jax_resnet50_infer.py"),
+            inference.inference_jax, (*CORE, *INFER, *JAX, "benchmarks/plain_peers/jax_resnet50_infer.py"),
             (Output("h200_perf.csv", lambda r: r.get("spec_name") == "perf_infer" and r.get("backend") == "jax"),
              Output("h200_perf_peers.jsonl", field_is("pair", "infer-jax-b256")))),
     Section("infer-sweep", 6, "batch sizes 1-512 from float32 pageable memory (eager PyTorch, JAX) and dynamic "
-            "batching under Poisson load in process", inference.infer_sweep, (*CORE, *INFER, TORCH, JAX),
+            "batching under Poisson load in process", inference.infer_sweep, (*CORE, *INFER, *TORCH, *JAX),
             (Output("h200_infer.csv", lambda r: r.get("mode") == "serve"
                     or r.get("variant") in ("sweep", "float32_pageable")),)),
     Section("ablation", 6, "the inference ablation (compile, bf16, fp16, channels_last, pinned, pad), 3 rounds",
-            inference.ablation, (*CORE, *INFER, TORCH, JAX, "experiments/resnet50_ablation.toml"),
+            inference.ablation, (*CORE, *INFER, *TORCH, *JAX, "experiments/resnet50_ablation.toml"),
             (Output("h200_ablation.csv"),)),
     Section("keras", 5, "Keras 3 on its jax and torch engines beside the native backends", training.keras,
-            (*CORE, TORCH, JAX, "backends/keras", "experiments/keras_resnet50.toml"), (Output("h200_keras.csv"),),
+            (*CORE, *TORCH, *JAX, "backends/keras", "experiments/keras_resnet50.toml"), (Output("h200_keras.csv"),),
             needs=("keras",)),
     Section("model-parallel", 6, "experiments/resnet50_model_parallel.toml: ddp, sharded, tensor, pipeline of 4",
-            training.model_parallel, (*CORE, TORCH, JAX, "experiments/resnet50_model_parallel.toml"),
+            training.model_parallel, (*CORE, *TORCH, *JAX, "experiments/resnet50_model_parallel.toml"),
             (Output("h200_model_parallel.csv", spec_is("resnet50_model_parallel")),)),
     Section("microbatches", 7, "both pipelines on one stage with 1, 2 and 8 micro-batches", training.microbatches,
-            (*CORE, TORCH, JAX, "experiments/resnet50_model_parallel.toml", "benchmarks/runbook/training.py"),
+            (*CORE, *TORCH, *JAX, "experiments/resnet50_model_parallel.toml", "benchmarks/runbook/training.py"),
             (Output("h200_model_parallel.csv", spec_starts("resnet50_pipeline_")),)),
     Section("real-input", 8, "training from 2,048 JPEG files beside synthetic-resident, both frameworks; nvJPEG last",
-            data.real_input, (*CORE, TORCH, JAX, "cnnbench/data", "experiments/resnet50_imagefolder.toml",
+            data.real_input, (*CORE, *TORCH, *JAX, "cnnbench/data", "experiments/resnet50_imagefolder.toml",
                               "benchmarks/runbook/data.py"),
             (Output("h200_data.csv", field_is("mode", "train")),)),
     Section("frames", 6, "a 16 x 1080 x 1920 batch split into decode, copy and compute; the plain PyTorch peer",
-            inference.frames, (*CORE, TORCH, "cnnbench/data", "benchmarks/data_split.py",
+            inference.frames, (*CORE, *TORCH, "cnnbench/data", "benchmarks/data_split.py",
                                "benchmarks/plain_peers/torch_frames.py"),
             (Output("h200_data_split.jsonl"), Output("h200_data_peer.jsonl"))),
     Section("frames-infer", 6, "cnnbench infer experiments/frames_1080p_infer.toml, both frameworks, bf16 and fp16",
-            inference.frames_infer, (*CORE, *INFER, TORCH, JAX, "cnnbench/data",
+            inference.frames_infer, (*CORE, *INFER, *TORCH, *JAX, "cnnbench/data",
                                      "experiments/frames_1080p_infer.toml"),
             (Output("h200_data.csv", field_is("mode", "infer")),)),
     Section("input-prep", 4, "JPEG decoders on one host core; each framework's on-device prepare",
-            data.input_prep, ("cnnbench/data", f"{TORCH}/transforms.py", f"{JAX}/transforms.py",
+            data.input_prep, ("cnnbench/data", f"{TORCH_DIR}/transforms.py", f"{JAX_DIR}/transforms.py",
                               "benchmarks/decode_speed.py", "benchmarks/prepare_speed.py"),
             (Output("h200_decode.jsonl"), Output("h200_prepare_speed.jsonl"))),
     Section("serving", 7, "cnnbench serve + cnnbench load: the HTTP stack alone, torch eager, torch CUDA graphs, jax",
-            serving.serving, (*CORE, *INFER, TORCH, JAX, "experiments/resnet50_serve.toml",
+            serving.serving, (*CORE, *INFER, TORCH_DIR, JAX_DIR, "cnnbench/serve", "experiments/resnet50_serve.toml",
                               "benchmarks/serve_pipeline.py", "benchmarks/runbook/serving.py",
                               "tests/numpy_serve_engine.py"),
             (Output("h200_serve_http.csv"), Output("h200_stack_http.csv"), Output("h200_serve_pipeline.jsonl")),
             needs=("starlette", "uvicorn", "httptools")),
     Section("health", 6, "profiled training through cnnbench health, compile caches cold and warm, the probes",
-            health.health, (*CORE, TORCH, JAX, "cnnbench/report/health.py", "cnnbench/report/traces.py",
+            health.health, (*CORE, *TORCH, *JAX, "cnnbench/report/health.py", "cnnbench/report/traces.py",
                             "benchmarks/health_pitfalls.py", "benchmarks/runbook/health.py"),
             (Output("h200_health.csv"), Output("h200_health_probes.jsonl"))),
 )}
@@ -173,11 +177,11 @@ SECTIONS["health-known"] = Section(
     "health-known", 8, "known-answer checks of the health metrics (matmul loop, host sleep, pageable copies, a "
     "sync), profiled training and inference health, energy per image, the pinned-memory probe (gpu_health.sh)",
     script("benchmarks/gpu_health.sh", "h200_health", 500, SECTIONS="known,train,pinned,energy", PIN_PAST="0"),
-    (*CORE, TORCH, JAX, "cnnbench/report/health.py", "cnnbench/report/traces.py", "benchmarks/gpu_health.sh",
+    (*CORE, *TORCH, *JAX, "cnnbench/report/health.py", "cnnbench/report/traces.py", "benchmarks/gpu_health.sh",
      "benchmarks/health_known.py", "benchmarks/health_pitfalls.py", "backends/profilers.py"),
     (Output("h200_health/health_rows.csv"), Output("h200_health/known.jsonl")))
-SERVE_DEPS = (*CORE, *INFER, TORCH, JAX, "cnnbench/serve", "benchmarks/gpu_serve.sh", "benchmarks/serve_clients.py",
-              "benchmarks/serve_pipeline.py")
+SERVE_DEPS = (*CORE, *INFER, TORCH_DIR, JAX_DIR, "cnnbench/serve", "benchmarks/gpu_serve.sh",
+              "benchmarks/serve_clients.py", "benchmarks/serve_pipeline.py")
 SECTIONS["serving-frontends"] = Section(
     "serving-frontends", 6, "PyTorch with CUDA graphs: the engine alone, cnnbench serve with 0 and 4 front ends at "
     "100 req/s and raw at saturation by cnnbench load and by wrk, JPEG with 1/2/4/8 front ends "
