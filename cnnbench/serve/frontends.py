@@ -8,8 +8,9 @@ ends, restarts a front end that dies, and stops everything in order.
   may well crash it again, and reloading it takes the warm-up again; an orchestrator restarting the whole
   server is the better judge). Until the front ends have stopped, each answers 503.
 - SIGTERM or SIGINT (Ctrl-C reaches every process of the group; the children ignore SIGINT, the engine
-  SIGTERM too) stops accepting: the front ends get SIGTERM and answer everything in progress, then the
-  engine gets STOP_SIGNAL and drains its batcher; exit 0.
+  SIGTERM too) stops accepting: the front ends all get SIGTERM at once and answer everything in progress,
+  then the engine gets STOP_SIGNAL and drains its batcher; exit 0. Each of the two waits is bounded
+  (STOP_WAIT_S, then SIGKILL), and one log line says how long each took.
 - The ring is removed on every way out of :meth:`Supervisor.run`; if the supervisor itself is killed,
   its children get SIGTERM from the kernel and Python's resource tracker removes the segment.
 """
@@ -121,12 +122,10 @@ class Supervisor:
         """Front ends first (they answer what is in progress, which needs the engine), then the engine;
         True when every process exited 0."""
         began = time.monotonic()
-        clean = True
-        for process in self.frontends:
-            clean &= _terminate(process)
+        clean = _terminate_all(self.frontends)  # together: the stop takes the slowest one's time, not the sum
         frontends_s = time.monotonic() - began
         if self.engine is not None:
-            clean &= _terminate(self.engine, STOP_SIGNAL)
+            clean &= _terminate_all([self.engine], STOP_SIGNAL)
         # one line that says where a slow stop spent its time (an orchestrator's grace period is finite)
         codes = ", ".join(str(p.exitcode) for p in self.frontends)
         engine_code = self.engine.exitcode if self.engine is not None else None
@@ -137,18 +136,22 @@ class Supervisor:
 
     def _stop_all(self) -> None:
         """Whatever is still running after an error: SIGTERM, a bounded wait, SIGKILL."""
-        for process in self.frontends:
-            _terminate(process)
+        _terminate_all(self.frontends)
         if self.engine is not None:
-            _terminate(self.engine, STOP_SIGNAL)
+            _terminate_all([self.engine], STOP_SIGNAL)
 
 
-def _terminate(process: Any, sig: int = signal.SIGTERM) -> bool:
-    """``sig``, wait (STOP_WAIT_S), SIGKILL if need be; True when it exited 0."""
-    if process.is_alive():
-        os.kill(process.pid, sig)
-        process.join(STOP_WAIT_S)
+def _terminate_all(processes: list[Any], sig: int = signal.SIGTERM) -> bool:
+    """``sig`` to each, wait for all of them (STOP_WAIT_S in all), SIGKILL what is left; True when every
+    one exited 0."""
+    for process in processes:
+        if process.is_alive():
+            os.kill(process.pid, sig)
+    deadline = time.monotonic() + STOP_WAIT_S
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
         if process.is_alive():
             process.kill()
             process.join(10)
-    return process.exitcode == 0
+    return all(process.exitcode == 0 for process in processes)
