@@ -48,6 +48,7 @@ def serve(
     """Serve the spec's model over HTTP: POST /v1/infer, the Open Inference Protocol under /v2, GET /healthz,
     /metrics, /v1/info (SIGTERM drains)."""
     from cnnbench.serve.command import serve_spec
+    from cnnbench.serve.process_exit import leave
     from cnnbench.spec import load_spec
 
     check_device(device)
@@ -56,8 +57,7 @@ def serve(
                  "copy_threads": copy_threads, "batching": batching, "top_k": top_k, "http": http,
                  "frontends": frontends, "max_pixels": max_pixels, "listen": listen}
     code = serve_spec(load_spec(spec), backend, device, overrides)
-    if code:
-        raise typer.Exit(code)
+    leave(code)  # the server has stopped; no framework's exit handler may hold the process (see leave)
 
 
 def load(

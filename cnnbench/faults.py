@@ -6,17 +6,20 @@ OOM killer would), ``orphan`` (PyTorch only: SIGKILL to its parent, torchrun, as
 might choose it; the ranks, each in a session of its own, are left without it), ``hang`` (sleep
 forever, as a deadlocked collective would), ``sleep`` (``ms=N``: a host stall of N ms in every step
 from ``step`` on, default 0, as a slow host-side input stage would; the health table must see the
-device idle for it). Without the variable nothing is wrapped and the step runs untouched.
+device idle for it), ``hold_exit`` (`cnnbench serve` only: the process that builds the engine gets an
+exit handler that never returns, as PyTorch's compile-worker pool can hold a process at exit after a
+cold compile). Without the variable nothing is wrapped and the step runs untouched.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import time
 
 ENV_VAR = "CNNBENCH_FAULT"
-KINDS = ("raise", "kill", "orphan", "hang", "sleep")
+KINDS = ("raise", "kill", "orphan", "hang", "sleep", "hold_exit")
 
 
 class InjectedFault(RuntimeError):
@@ -29,6 +32,8 @@ def parse(text: str) -> dict[str, str]:
         if not fields.get("ms", "").replace(".", "", 1).isdigit():
             raise ValueError(f"{ENV_VAR}={text!r}: kind=sleep needs ms=N (milliseconds per step)")
         fields.setdefault("step", "0")
+    if fields.get("kind") == "hold_exit":
+        fields.setdefault("step", "0")  # not a step: the exit
     if fields.get("kind") not in KINDS or "step" not in fields:
         raise ValueError(f"{ENV_VAR}={text!r}: expected rank=R,step=S,kind={'|'.join(KINDS)} (sleep: ms=N)")
     return fields
@@ -77,6 +82,9 @@ def install_on_engine(engine: object) -> None:
     if not text:
         return
     fault, counter = parse(text), [0]
+    if fault["kind"] == "hold_exit":
+        atexit.register(time.sleep, 3600)
+        return
     target = int(fault["step"])
 
     def wrapped(inner):

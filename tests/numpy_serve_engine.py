@@ -73,6 +73,7 @@ def main() -> None:
     from cnnbench import envinfo
     from cnnbench.serve.command import EngineRecipe, serve
     from cnnbench.serve.config import ServeConfig
+    from cnnbench.serve.process_exit import leave
     from cnnbench.table.schema import SCHEMA_VERSION
 
     port, compute_ms, max_batch, max_queue, deadline_ms = sys.argv[1:6]
@@ -91,7 +92,7 @@ def main() -> None:
                     "model": "none (HTTP stack only)", "backend_options": "", "max_batch": int(max_batch),
                     "batch_timeout_ms": float(deadline_ms), "max_queue": int(max_queue), "decode_workers": 2}}
     build_s = float(os.environ.get("NUMPY_ENGINE_BUILD_S", "0"))
-    sys.exit(serve(config, EngineRecipe("numpy_serve_engine", "NumpyEngine", (float(compute_ms), build_s)), info))
+    leave(serve(config, EngineRecipe("numpy_serve_engine", "NumpyEngine", (float(compute_ms), build_s)), info))
 
 
 if __name__ == "__main__":

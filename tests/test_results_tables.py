@@ -163,6 +163,31 @@ def test_wrk_rows_count_200s_and_older_rows_are_scaled_by_their_200_share():
     assert refused(older) == ", 3,397 refused (503)" and refused({"errors_by_status": "timeout=5"}) == ""
 
 
+def test_each_served_frames_row_is_paired_with_the_infer_row_of_its_own_invocation(tmp_path):
+    # two invocations on one card, each `cnnbench infer` first, then one server: a served row must not be
+    # divided by the other invocation's infer rate
+    from results_tables import serving
+    from results_tables.rows import Results
+
+    base = {"backend": "torch", "precision": "fp16", "compile": True, "status": "ok", "git_sha": "abc",
+            "device_name": "NVIDIA H100 80GB HBM3", "mode": "infer", "variant": "uint8_pinned"}
+    served = {**base, "mode": "serve-http", "variant": "dynamic", "request_input": "jpeg", "arrival_rate_rps": 1000,
+              "latency_ms_p50": 150.0, "latency_ms_p99": 210.0, "mean_batch": 15.8}
+    frames = tmp_path / serving.FRAMES_DIR
+    frames.mkdir()
+    store.append_rows(frames / "frames_infer.csv", [
+        {**base, "timestamp_utc": "2026-12-06T21:43:25+00:00", "images_per_sec": 571.0, "step_time_ms_median": 28.0},
+        {**base, "timestamp_utc": "2026-12-06T21:45:40+00:00", "images_per_sec": 500.0, "step_time_ms_median": 32.0}])
+    store.append_rows(frames / "frames_http.csv", [
+        {**served, "timestamp_utc": "2026-12-06T21:44:01+00:00", "images_per_sec": 583.0,
+         "backend_options": "frontends=7;copy_threads=4"},
+        {**served, "timestamp_utc": "2026-12-06T21:46:06+00:00", "images_per_sec": 585.0,
+         "backend_options": "frontends=7"}])
+    text = "\n".join(serving.frames(Results(tmp_path)))
+    assert "| H100 | 571 (28.0 ms) | 7 | 4 | 1,000 | 583 (1.02 of infer: met) |" in text
+    assert "| H100 | 500 (32.0 ms) | 7 | 1 | 1,000 | 585 (1.17 of infer: met) |" in text
+
+
 def test_frames_are_served_against_infer_of_the_same_invocation_and_litserve_beside_cnnbench(tmp_path):
     from results_tables import serving
     from results_tables.rows import Results

@@ -15,6 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 from conftest import REPO
 from numpy_serve_engine import SHAPE, expected_answer
 from test_http_serve import Server, _free_port, _images, _metric, _raw
@@ -82,6 +83,21 @@ def test_sigterm_answers_everything_in_progress_then_exits_0_and_removes_the_rin
     # the log says where the stop spent its time, and every process's exit code
     assert re.search(r"stopped: front ends in [\d.]+ s \(exit codes 0, 0\), engine drained in [\d.]+ s "
                      r"\(exit code 0\)", server.process.stdout.read())
+
+
+@pytest.mark.parametrize("frontends", [2, 0])
+def test_a_drained_server_exits_0_at_once_whatever_a_framework_leaves_for_exit(frontends):
+    # the engine's builder registers an exit handler that never returns, as PyTorch's compile-worker pool
+    # can after a cold compile; the old engine process sat in it until the supervisor killed it (exit 1)
+    server = frontend_server(compute_ms=5, frontends=frontends, env={"CNNBENCH_FAULT": "kind=hold_exit"})
+    image = _images(1, SHAPE, seed=16)[0]
+    assert _raw(httpx, server.base, image).json()["classes"] == expected_answer(image)
+    began = time.monotonic()
+    assert server.stop() == 0
+    assert time.monotonic() - began < 20  # Server.stop waits 30 s, then SIGKILLs (exit -9)
+    if frontends:
+        assert "engine drained" in (log := server.process.stdout.read()) and "(exit code 0)" in log, log
+        assert_ring_removed(server)
 
 
 def test_a_killed_front_end_is_restarted_and_the_others_keep_serving():

@@ -47,7 +47,7 @@ class Results:
         return self._read[name]
 
 
-def _when(row: Row) -> str:
+def made_at(row: Row) -> str:
     return str(row.get("timestamp_utc") or "")[:19]
 
 
@@ -56,7 +56,7 @@ def newest(rows: Iterable[Row], key: Callable[[Row], Any]) -> dict[Any, Row]:
     found: dict[Any, tuple[tuple[str, int], Row]] = {}
     for index, row in enumerate(rows):
         k = key(row)
-        order = (_when(row), index)
+        order = (made_at(row), index)
         if k not in found or order >= found[k][0]:
             found[k] = (order, row)
     return {k: row for k, (_, row) in found.items()}
@@ -109,7 +109,7 @@ def provenance(files: dict[str, list[Row]]) -> str:
     parts = []
     for name, rows in files.items():
         shas = sorted({str(r.get("git_sha") or "").removesuffix("-dirty")[:8] or "not recorded" for r in rows if r})
-        days = sorted({_when(r)[:10] for r in rows if r and _when(r)})
+        days = sorted({made_at(r)[:10] for r in rows if r and made_at(r)})
         when = f", {days[0]}" + (f" to {days[-1]}" if len(days) > 1 else "") if days else ""
         # the card, since a section may have run on a host other than its file name's (an H100 for an H200)
         cards = sorted({str(r.get("device_name")) for r in rows if r and r.get("device_name")})

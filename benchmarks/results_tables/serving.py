@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from results_tables.rows import Results, Row, card, missing, newest, number, ok, provenance, table
+from results_tables.rows import Results, Row, card, made_at, missing, newest, number, ok, provenance, table
 
 CONFIGS = ("torch", "torch-graphs", "jax")
 ABSENT = missing("serving")
@@ -237,7 +237,12 @@ def frames(results: Results) -> list[str]:
         return *key(row), _option(row["backend_options"], "copy_threads") or "1"
 
     infer_rows = [r for r in results.csv(f"{FRAMES_DIR}/frames_infer.csv") if ok(r)]
-    infer = newest(infer_rows, key)
+
+    def infer_before(row: Row) -> Row | None:
+        """The `cnnbench infer` row of ROW's invocation: the newest of its key made before it (the script
+        runs infer first, then its servers), so every ratio is of one invocation."""
+        made = newest((r for r in infer_rows if key(r) == key(row) and made_at(r) <= made_at(row)), key)
+        return made.get(key(row))
 
     def carded(row: Row) -> Row:
         """Rows served before front ends named the card: the card of `cnnbench infer` of the same commit."""
@@ -247,9 +252,11 @@ def frames(results: Results) -> list[str]:
         return {**row, "device_name": same[-1]["device_name"]} if same else row
 
     http = newest([carded(r) for r in results.csv(f"{FRAMES_DIR}/frames_http.csv")], served_key)
-    lines = []
+    lines, paired = [], []
     for (gpu, backend, precision, compiled, copy_threads), row in sorted(http.items()):
-        alone = infer.get((gpu, backend, precision, compiled))
+        alone = infer_before(row)
+        if alone is not None:
+            paired.append(alone)
         rate = answered_200(row)
         if not ok(row):
             served = f"{row['status']}: {str(row.get('error') or '')[:60]}"
@@ -267,7 +274,7 @@ def frames(results: Results) -> list[str]:
     header = ["backend, precision", "card", "cnnbench infer, batch 16: frames/s (batch ms)", "front ends",
               "copy threads", "offered req/s", "served frames/s (target >= 0.8 of infer)", "p50 / p99 ms",
               "mean batch"]
-    shown = {f"{FRAMES_DIR}/frames_infer.csv": list(infer.values()),
+    shown = {f"{FRAMES_DIR}/frames_infer.csv": paired,
              f"{FRAMES_DIR}/frames_http.csv": list(http.values())}
     return table(header, lines or [[FRAMES_ABSENT, *[""] * 8]], "llrrrrrrr") + ["", provenance(shown)]
 

@@ -13,7 +13,8 @@ the batcher are computed and their answers discarded.
 Signals: SIGINT and SIGTERM are ignored (Ctrl-C, or a SIGTERM sent to the process group, reaches every
 process of the server at once, and the engine must outlive the front ends that still wait for answers);
 STOP_SIGNAL, sent by the supervisor once every front end has exited (or by the kernel if the supervisor
-dies), drains: every admitted request is launched and answered, then the process exits 0.
+dies), drains: every admitted request is launched and answered, then the process exits 0 at once
+(:func:`cnnbench.serve.process_exit.leave`: no framework's exit handler may hold a drained engine).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 from cnnbench.infer.batcher import Closed, PipelinedBatcher, QueueFull
 from cnnbench.serve.config import ServeConfig
+from cnnbench.serve.process_exit import leave
 from cnnbench.serve.ring import FAILED, READY, STOPPED, Ring, RingLayout, die_with_parent
 
 STOP_SIGNAL = signal.SIGUSR1
@@ -142,9 +144,9 @@ def engine_main(recipe: Any, layout: RingLayout, address: str, config: ServeConf
         message = f"{type(exc).__name__}: {exc}".strip()
         ring.set_state(FAILED, message)
         print(f"cnnbench serve: model failed to load: {message}", file=sys.stderr, flush=True)
-        sys.exit(1)
+        leave(1)
     Router(ring, batcher, listener).run(stop)
     batcher.close()  # launches and answers whatever is still waiting
     listener.close()
     ring.set_state(STOPPED)
-    sys.exit(0)
+    leave(0)

@@ -1,0 +1,27 @@
+"""How a server process ends once its work is done: at once, without the exit handlers of the libraries
+it loaded.
+
+A stopped server has answered every admitted request before it gets here; what Python would still run at
+exit belongs to the frameworks. After a cold `torch.compile`, PyTorch's inductor waits at exit for its
+compile-worker pool, up to 300 s (`subprocess.wait(300)` in its SubprocPool; pytorch/pytorch#162199). On
+an H100 (2026-12-06) that wait held the first engine process of each compiled 1080p benchmark past the
+supervisor's 60 s bound, which then killed it, and a server that had drained cleanly exited 1. Those
+compile workers watch their parent and end themselves within a minute of its exit (inductor's watchdog),
+so nothing is left behind for good.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import NoReturn
+
+
+def leave(code: int) -> NoReturn:
+    """Flush what this process printed, then exit with ``code`` now (``os._exit``)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken stream: nothing more can be said on it
+            pass
+    os._exit(code)
