@@ -2,12 +2,12 @@
 it loaded.
 
 A stopped server has answered every admitted request before it gets here; what Python would still run at
-exit belongs to the frameworks. After a cold `torch.compile`, PyTorch's inductor waits at exit for its
-compile-worker pool, up to 300 s (`subprocess.wait(300)` in its SubprocPool; pytorch/pytorch#162199). On
-an H100 (2026-12-06) that wait held the first engine process of each compiled 1080p benchmark past the
-supervisor's 60 s bound, which then killed it, and a server that had drained cleanly exited 1. Those
-compile workers watch their parent and end themselves within a minute of its exit (inductor's watchdog),
-so nothing is left behind for good.
+exit belongs to the frameworks. On an H100 (2026-12-06) the first engine process of each compiled 1080p
+benchmark, having answered everything, was still alive at the supervisor's 60 s bound and was killed, so a
+server that had drained cleanly exited 1. The likely holder (not confirmed) is PyTorch inductor's exit
+handler, which waits up to 300 s for its compile-worker pool after a cold compile (`subprocess.wait(300)`
+in its SubprocPool; pytorch/pytorch#162199). Those compile workers watch their parent and end themselves
+within a minute of its exit (inductor's watchdog), so nothing is left behind for good.
 """
 
 from __future__ import annotations
