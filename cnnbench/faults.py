@@ -8,7 +8,9 @@ forever, as a deadlocked collective would), ``sleep`` (``ms=N``: a host stall of
 from ``step`` on, default 0, as a slow host-side input stage would; the health table must see the
 device idle for it), ``hold_exit`` (`cnnbench serve` only: the process that builds the engine gets an
 exit handler that never returns, as PyTorch's compile-worker pool can hold a process at exit after a
-cold compile). Without the variable nothing is wrapped and the step runs untouched.
+cold compile), ``slow_start`` (`cnnbench serve` with front ends only: front end ``rank`` sleeps ``ms=N``
+before it installs its signal handlers, as a front end still importing its libraries on a busy host
+does). Without the variable nothing is wrapped and the step runs untouched.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import signal
 import time
 
 ENV_VAR = "CNNBENCH_FAULT"
-KINDS = ("raise", "kill", "orphan", "hang", "sleep", "hold_exit")
+KINDS = ("raise", "kill", "orphan", "hang", "sleep", "hold_exit", "slow_start")
 
 
 class InjectedFault(RuntimeError):
@@ -28,14 +30,14 @@ class InjectedFault(RuntimeError):
 
 def parse(text: str) -> dict[str, str]:
     fields = dict(part.split("=", 1) for part in text.split(",") if part)
-    if fields.get("kind") == "sleep":
+    if fields.get("kind") in ("sleep", "slow_start"):
         if not fields.get("ms", "").replace(".", "", 1).isdigit():
-            raise ValueError(f"{ENV_VAR}={text!r}: kind=sleep needs ms=N (milliseconds per step)")
+            raise ValueError(f"{ENV_VAR}={text!r}: kind={fields['kind']} needs ms=N (milliseconds)")
         fields.setdefault("step", "0")
     if fields.get("kind") == "hold_exit":
         fields.setdefault("step", "0")  # not a step: the exit
     if fields.get("kind") not in KINDS or "step" not in fields:
-        raise ValueError(f"{ENV_VAR}={text!r}: expected rank=R,step=S,kind={'|'.join(KINDS)} (sleep: ms=N)")
+        raise ValueError(f"{ENV_VAR}={text!r}: expected rank=R,step=S,kind={'|'.join(KINDS)} (sleep, slow_start: ms=N)")
     return fields
 
 
@@ -56,7 +58,7 @@ def install(trainer: object, process_index: int) -> None:
     if not text:
         return
     fault = parse(text)
-    if int(fault.get("rank", 0)) != process_index:
+    if int(fault.get("rank", 0)) != process_index or fault["kind"] == "slow_start":  # slow_start: serving only
         return
     inner, target, counter = trainer.step, int(fault["step"]), [0]
 
@@ -82,6 +84,8 @@ def install_on_engine(engine: object) -> None:
     if not text:
         return
     fault, counter = parse(text), [0]
+    if fault["kind"] == "slow_start":  # a front end's fault (delay_frontend_start), not the engine's
+        return
     if fault["kind"] == "hold_exit":
         atexit.register(time.sleep, 3600)
         return
@@ -98,3 +102,14 @@ def install_on_engine(engine: object) -> None:
 
     engine.launch = wrapped(engine.launch)  # type: ignore[attr-defined]
     engine.infer_now = wrapped(engine.infer_now)  # type: ignore[attr-defined]
+
+
+def delay_frontend_start(index: int) -> None:
+    """`cnnbench serve` front end ``index``: ``CNNBENCH_FAULT="rank=I,kind=slow_start,ms=N"`` makes it sleep
+    N ms before anything else, stretching the time in which it has no signal handlers of its own."""
+    text = os.environ.get(ENV_VAR)
+    if not text:
+        return
+    fault = parse(text)
+    if fault["kind"] == "slow_start" and int(fault.get("rank", 0)) == index:
+        time.sleep(float(fault["ms"]) / 1000.0)

@@ -76,14 +76,15 @@ def test_a_failing_handler_fails_every_request_of_the_batch():
 
 
 def test_low_load_p99_stays_within_timeout_plus_one_batch_of_compute():
-    timeout_ms, compute_ms = 20.0, 5.0
+    timeout_ms, compute_ms = 50.0, 5.0
     batcher = MicroBatcher(_doubling(compute_ms / 1000), max_batch=8, timeout_ms=timeout_ms)
     load = run_open_loop(batcher.submit, np.zeros((4, 1)), rate_rps=20, count=60, max_duration_s=10,
                          batch_sizes=lambda: batcher.batch_sizes)
     batcher.close()
     assert load.requests == 60
-    # thread wake-ups on a loaded 2-core machine cost a few ms; nothing may wait a second deadline
-    assert load.percentile(99) <= timeout_ms + compute_ms + 5.0, load.latency_ms.max()
+    # nothing may wait a second deadline (>= 2 x 50 + 5 ms); thread wake-ups on a loaded 2-core machine
+    # (servers under test beside it) have cost up to 16 ms, so they get half a deadline
+    assert load.percentile(99) <= 1.5 * timeout_ms + compute_ms, load.latency_ms.max()
     assert load.achieved_rps == pytest.approx(20, rel=0.5)
 
 

@@ -135,6 +135,9 @@ def run_server(service: Any, sockets: list[Any] | None = None, stop_signals: tup
         @contextlib.contextmanager
         def capture_signals(self):  # type: ignore[override]
             previous = {sig: signal.signal(sig, self.handle_exit) for sig in stop_signals}
+            # a front end starts with its stop signal blocked (frontends.start_holding_signals): one sent
+            # while it was starting is delivered now, to this handler, and stops it cleanly
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
             try:
                 yield
             finally:

@@ -34,6 +34,8 @@ from cnnbench.serve.process_exit import leave
 from cnnbench.serve.ring import FAILED, READY, STOPPED, Ring, RingLayout, die_with_parent
 
 STOP_SIGNAL = signal.SIGUSR1
+# blocked while a server's child process starts (see frontends.start_holding_signals), until its handlers are in
+HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, STOP_SIGNAL}
 DESCRIPTOR = struct.Struct("<IQd")  # slot, request id, arrival (time.perf_counter)
 REPLY = struct.Struct("<QH")  # request id, HTTP status; then the error message, UTF-8
 
@@ -122,6 +124,7 @@ def engine_main(recipe: Any, layout: RingLayout, address: str, config: ServeConf
         signal.signal(ignored, signal.SIG_IGN)
     stop = threading.Event()
     signal.signal(STOP_SIGNAL, lambda *_: stop.set())
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)  # a stop that came while starting fires now
     die_with_parent(STOP_SIGNAL)
     ring = Ring.attach(layout)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -6,7 +6,9 @@ pixels go straight into a free slot of this front end's share of the ring, and a
 to the engine over a Unix socket whose replies the event loop reads as they come. When the engine's
 socket closes (the engine died) every waiting and every later request is answered 503 until the
 supervisor stops this process. SIGINT is ignored (the supervisor orders the shutdown); SIGTERM stops
-accepting and answers what is in progress.
+accepting and answers what is in progress. Both come blocked from the supervisor: SIGTERM stays blocked
+until the HTTP server's handler is in place (``run_server``), so a stop sent while this process is still
+starting is answered by a clean stop, not by death.
 """
 
 from __future__ import annotations
@@ -182,9 +184,12 @@ def listening_socket(host: str, port: int, reuse_port: bool, backlog: int = 2048
 def frontend_main(index: int, config: ServeConfig, layout: RingLayout, address: str, info: dict[str, Any],
                   shared_socket: socket.socket | None) -> None:
     """A front-end process's body (a spawn target)."""
+    from cnnbench import faults
     from cnnbench.serve.app import run_server
 
+    faults.delay_frontend_start(index)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # SIGTERM: once run_server handles it
     die_with_parent()
     sock = shared_socket or listening_socket(config.host, info["port"], reuse_port=True)
     ring = Ring.attach(layout)

@@ -11,6 +11,9 @@ ends, restarts a front end that dies, and stops everything in order.
   SIGTERM too) stops accepting: the front ends all get SIGTERM at once and answer everything in progress,
   then the engine gets STOP_SIGNAL and drains its batcher; exit 0. Each of the two waits is bounded
   (STOP_WAIT_S, then SIGKILL), and one log line says how long each took.
+- A child starts with these signals blocked and unblocks them once its own handlers are in place, so a
+  stop that comes while it is still importing (a busy host) waits for them instead of killing it with
+  the default action, which would turn a clean stop into exit 1.
 - The ring is removed on every way out of :meth:`Supervisor.run`; if the supervisor itself is killed,
   its children get SIGTERM from the kernel and Python's resource tracker removes the segment.
 """
@@ -27,7 +30,7 @@ from collections import deque
 from typing import Any
 
 from cnnbench.serve.config import ServeConfig
-from cnnbench.serve.engine_process import STOP_SIGNAL, engine_main
+from cnnbench.serve.engine_process import HELD_SIGNALS, STOP_SIGNAL, engine_main
 from cnnbench.serve.frontend import frontend_main, listening_socket
 from cnnbench.serve.metrics import batch_size_buckets
 from cnnbench.serve.ring import FAILED, READY, Ring
@@ -68,7 +71,7 @@ class Supervisor:
             signal.signal(sig, lambda *_: setattr(self, "stopping", True))
         self.engine = self.context.Process(target=engine_main, name="cnnbench-engine",
                                            args=(self.recipe, self.ring.layout, self.address, config))
-        self.engine.start()
+        start_holding_signals(self.engine)
         self.frontends = [self._start_frontend(i) for i in range(config.frontends)]
         announced = False
         while not self.stopping:
@@ -96,7 +99,7 @@ class Supervisor:
         shared = self.socket if self.config.listen == "shared" else None
         process = self.context.Process(target=frontend_main, name=f"cnnbench-frontend-{index}",
                                        args=(index, self.config, self.ring.layout, self.address, self.info, shared))
-        process.start()
+        start_holding_signals(process)
         return process
 
     def _may_restart(self, index: int, exitcode: int | None) -> bool:
@@ -139,6 +142,17 @@ class Supervisor:
         _terminate_all(self.frontends)
         if self.engine is not None:
             _terminate_all([self.engine], STOP_SIGNAL)
+
+
+def start_holding_signals(process: Any) -> None:
+    """Start ``process`` with HELD_SIGNALS blocked, which it inherits through fork and exec; the child
+    unblocks them after installing its handlers (engine_main, frontend_main). The supervisor blocks them
+    for the few milliseconds of the start only: one that comes meanwhile is delivered on unblocking."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    try:
+        process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _terminate_all(processes: list[Any], sig: int = signal.SIGTERM) -> bool:
