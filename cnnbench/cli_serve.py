@@ -19,7 +19,8 @@ def _default_frontends() -> int:
 
 def serve(
     spec: Annotated[Path, typer.Argument(help="Experiment TOML: the model, precision, [serve] settings.")],
-    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="torch or jax (one per process).")] = None,
+    backend: Annotated[Optional[str], typer.Option(
+        "--backend", "-b", help="torch, jax or tensorflow (one per process).")] = None,
     device: DeviceOpt = None,
     host: Annotated[Optional[str], typer.Option(help="Address to bind (default: [serve] host, 127.0.0.1).")] = None,
     port: Annotated[Optional[int], typer.Option(help="TCP port (0: any free one).")] = None,

@@ -309,11 +309,12 @@ def test_load_command_writes_serve_http_rows(torch_server, tmp_path):
     assert float(row["client_lag_ms_p99"]) >= 0 and "http=" in row["backend_options"]
 
 
-# -- a real model: JAX -----------------------------------------------------------------------------
+# -- real models: JAX, TensorFlow --------------------------------------------------------------------
 
 
-def test_jax_server_batches_and_decodes_like_the_raw_tensor(tmp_path):
-    server = _model_server(tmp_path, "jax")
+@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+def test_jax_and_tensorflow_servers_batch_and_decode_like_the_raw_tensor(tmp_path, backend):
+    server = _model_server(tmp_path, backend)
     try:
         images = _images(8, MODEL_SHAPE, seed=9)
         with httpx.Client(timeout=30) as client:
@@ -322,8 +323,10 @@ def test_jax_server_batches_and_decodes_like_the_raw_tensor(tmp_path):
             png = client.post(server.base + "/v1/infer", content=_png(images[0]),
                               headers={"content-type": "image/png"}).json()
         assert [a["classes"] for a in together] == [a["classes"] for a in alone]
+        for batched, single in zip(together, alone):  # a padded batch answers each image as alone
+            assert batched["scores"] == pytest.approx(single["scores"], abs=1e-5)
         assert png["classes"] == alone[0]["classes"]
-        assert json.loads(httpx.get(server.base + "/v1/info").text)["row"]["backend"] == "jax"
+        assert json.loads(httpx.get(server.base + "/v1/info").text)["row"]["backend"] == backend
     finally:
         assert server.stop() == 0
 
@@ -335,8 +338,8 @@ def test_load_refuses_a_non_loopback_target_and_serve_refuses_what_it_cannot_ser
     done = run_cli("load", "http://192.0.2.1:8000", "--rate", "1", "--out", tmp_path / "x.csv", timeout=60)
     assert done.returncode == 2 and "not a loopback address" in done.stderr
     assert not (tmp_path / "x.csv").exists()
-    spec = write_spec(tmp_path, TINY_SERVE.format(backend="tensorflow"))
+    spec = write_spec(tmp_path, TINY_SERVE.format(backend="keras"))
     done = run_cli("serve", spec, timeout=60)
-    assert done.returncode == 2 and "no serving engine" in done.stderr
+    assert done.returncode == 2 and "no serving engine; use one of torch, tensorflow, jax" in done.stderr
     done = run_cli("serve", spec, "--backend", "torch", "--max-queue", "0", timeout=60)
     assert done.returncode == 2 and "max_queue must be >= 1" in done.stderr

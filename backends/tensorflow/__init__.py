@@ -2,7 +2,7 @@
 
 - ``mirrored``, ``fit``: tf.distribute.MirroredStrategy (MultiWorkerMirroredStrategy across hosts),
   :mod:`backends.tensorflow.train`.
-- inference: :mod:`backends.tensorflow.infer`.
+- inference: :mod:`backends.tensorflow.infer`; serving: :mod:`backends.tensorflow.serve`.
 
 Which devices a process uses is decided in :mod:`backends.tensorflow.common`, before any TensorFlow
 op. TensorFlow is imported only inside the trainers and :func:`devices`, never at module level.
@@ -20,7 +20,6 @@ from cnnbench.runs import Run
 
 def version() -> str | None:
     return envinfo.backend_version("tensorflow")
-
 
 
 def not_supported(run: Run) -> str | None:
@@ -70,6 +69,13 @@ def build_inference(run: Run, variant):
     from backends.tensorflow.infer import TFInference
 
     return TFInference(run, variant)
+
+
+def build_serve_engine(run: Run, variant, top_k: int, pad_multiple: int):
+    """The engine of `cnnbench serve`: uint8 staging buffers, normalise + forward + top-k in one tf.function."""
+    from backends.tensorflow.serve import TFServeEngine
+
+    return TFServeEngine(run, variant, top_k, pad_multiple)
 
 
 def devices() -> list[str]:

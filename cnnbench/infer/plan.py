@@ -24,10 +24,9 @@ from typing import Any
 from cnnbench.backend import load as load_backend
 from cnnbench.errors import SpecError
 from cnnbench.expand import resolve_device_kind
+from cnnbench.registry import BACKEND_NAMES
 from cnnbench.runs import InferJob, InferRun, Variant
 from cnnbench.spec import Spec, dataset_info_for, spec_hash
-
-SERVE_BACKENDS = ("torch", "jax")  # backends with a `build_serve_engine`
 
 
 def sweep_variants(spec: Spec, backend: str, precision: str) -> list[Variant]:
@@ -145,15 +144,17 @@ def serve_run(spec: Spec, backend: str, device_kind: str | None = None) -> tuple
     kind = device_kind or resolve_device_kind(spec.device)
     if spec.devices != (1,):
         raise SpecError(spec.source, "devices", f"serving runs on one device; found {list(spec.devices)}")
-    if backend not in SERVE_BACKENDS:
+    if not load_backend(backend).has_serve_engine:
+        serving = [name for name in BACKEND_NAMES if load_backend(name).has_serve_engine]
         raise SpecError(spec.source, "backends", f"serve: backend {backend} has no serving engine; use one of "
-                                                 f"{', '.join(SERVE_BACKENDS)}")
+                                                 f"{', '.join(serving)}")
     # The staging buffers are page-locked on a GPU whatever the spec's pin_memory says.
     own = sweep_variants(spec, backend, spec.precision[0])[0]
     graphs = backend == "torch" and kind == "gpu" and spec.torch.serve_cuda_graphs
     variant = dataclasses.replace(own, name=spec.serve.batching, input="uint8_pinned" if kind == "gpu" else "resident",
                                   pad_multiple=spec.serve.pad_multiple, cuda_graphs=graphs)
-    reason = _unsupported(backend, variant, kind, None)
+    # the staging input is the server's own (uint8 buffers), not an infer input a backend may refuse
+    reason = _unsupported(backend, dataclasses.replace(variant, input="resident"), kind, None)
     if reason:
         raise SpecError(spec.source, "precision", f"serve: {backend}: {reason}")
     return _infer_run(spec, backend, spec.precision[0], kind, dataset_info_for(spec), ""), variant
