@@ -127,6 +127,40 @@ def test_a_job_that_ended_by_itself_waits_for_its_row_before_a_failed_row(tmp_pa
     assert not row_may_still_show(ledger, job, JobState("TIMEOUT"), now=1000.0)
 
 
+def test_a_merge_between_a_jobs_two_files_loses_no_history(tmp_path, monkeypatch):
+    # A job writes its row file and its history file; `sweep --wait` merges whatever row files it sees,
+    # once per row. So the history must exist whenever the row does: written the other way round, a
+    # merge between the two writes appended the row without its history, for good (seen on CI,
+    # 2026-12-06). Here the job's writer is held after its first file while a merge runs.
+    import threading
+
+    from cnnbench.cluster.ledger import merge_job_rows
+
+    folder, out = tmp_path / "r.slurm", tmp_path / "r.csv"
+    first_written, go_on = threading.Event(), threading.Event()
+    write = store.write_new_table
+
+    def write_then_hold(*args, **kwargs):
+        write(*args, **kwargs)
+        if not first_written.is_set():
+            first_written.set()
+            go_on.wait(30)
+
+    monkeypatch.setattr(store, "write_new_table", write_then_hold)
+    row = {"schema_version": 1, "run_id": "run0", "slurm_job_id": "7", "backend": "torch", "status": "ok"}
+    history = [{"epoch": 1, "wall_s": 1.0, "train_loss": 2.0, "test_loss": 2.0, "test_accuracy": 0.5}]
+    job = threading.Thread(target=store.write_rows_file, args=(folder / "7.rows.csv", [row], history))
+    folder.mkdir()
+    job.start()
+    assert first_written.wait(30)
+    merge_job_rows(folder, out)  # between the job's two files
+    go_on.set()
+    job.join(30)
+    merge_job_rows(folder, out)
+    assert [r["run_id"] for r in store.read_rows(out)] == ["run0"]
+    assert list(store.read_history(out)["run_id"]) == ["run0"]
+
+
 # -- against a real cluster ----------------------------------------------------------------------------
 
 

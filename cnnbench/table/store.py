@@ -174,12 +174,14 @@ def write_new_table(path: Path, header: Sequence[str], rows: Sequence[dict[str, 
 
 
 def write_rows_file(path: Path, rows: Sequence[dict[str, Any]], history: Sequence[dict[str, Any]] = ()) -> None:
-    """One job's own results file (and its history next to it), written whole; see :func:`write_new_table`."""
-    write_new_table(path, COLUMN_NAMES, rows, format_cell)
+    """One job's own results file (and its history next to it), written whole; see :func:`write_new_table`.
+    The history first: a reader that sees the row (cnnbench.cluster.ledger merges each row once) must find
+    its history there too."""
     if history:
         run_id = rows[0]["run_id"]
         write_new_table(history_path(path), HISTORY_COLUMNS, [{"run_id": run_id, **e} for e in history],
                         _history_cell)
+    write_new_table(path, COLUMN_NAMES, rows, format_cell)
 
 
 def upgrade_file(path: Path) -> int:
