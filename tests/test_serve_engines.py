@@ -14,22 +14,8 @@ import sys
 import textwrap
 
 import pytest
-
-from tests.conftest import REPO, write_spec
-
-SPEC = """
-    name = "serve_engine"
-    model = "smallcnn"
-    dataset = "synthetic"
-    image_size = 16
-    channels = 3
-    num_classes = 10
-    backends = ["{backend}"]
-    device = "cpu"
-    [serve]
-    max_batch = 8
-    pad_multiple = 4
-"""
+from conftest import REPO, write_spec
+from test_http_serve import TINY_SERVE  # a 16x16 smallcnn on CPU, [serve] max_batch 8, pad_multiple 4
 
 SCRIPT = textwrap.dedent("""
     import json, sys
@@ -66,7 +52,7 @@ SCRIPT = textwrap.dedent("""
 
 @pytest.mark.parametrize("backend", ["torch", "jax", "tensorflow"])
 def test_the_serving_engine_answers_what_infer_computes(tmp_path, backend):
-    spec = write_spec(tmp_path, SPEC.format(backend=backend))
+    spec = write_spec(tmp_path, TINY_SERVE.format(backend=backend))
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
            "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(spec), backend], capture_output=True, text=True,

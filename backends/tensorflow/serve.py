@@ -35,8 +35,7 @@ class TFServeEngine:
             scores, ids = tf.math.top_k(tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1), k)
             return ids, scores
 
-        with tf.device(self.base.device):
-            self._top_k = tf.function(top_k, jit_compile=variant.compile)
+        self._top_k = tf.function(top_k, jit_compile=variant.compile)  # placed by the device of each call
         self._host: list[np.ndarray] = []
 
     def staging_buffers(self, count: int, max_batch: int) -> list[np.ndarray]:
