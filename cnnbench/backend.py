@@ -56,6 +56,10 @@ class Trainer(Protocol):
     # A trainer whose framework owns the loop (Keras fit) sets owns_loop and implements
     # run_loop(protocol), calling protocol.before_step/after_step around every step.
     owns_loop: bool = False
+    # A trainer whose framework can fail the process in its exit-time destructors after a run that
+    # finished sets leaves_at_once: the worker then ends with os._exit once close() has run and its
+    # result is written (cnnbench.process_exit.leave).
+    leaves_at_once: bool = False
 
     def step(self, batch=None) -> None:
         """One global training step on ``batch`` (default: the next one); asynchronous where the

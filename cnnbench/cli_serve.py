@@ -48,8 +48,8 @@ def serve(
 ) -> None:
     """Serve the spec's model over HTTP: POST /v1/infer, the Open Inference Protocol under /v2, GET /healthz,
     /metrics, /v1/info (SIGTERM drains)."""
+    from cnnbench.process_exit import leave
     from cnnbench.serve.command import serve_spec
-    from cnnbench.serve.process_exit import leave
     from cnnbench.spec import load_spec
 
     check_device(device)

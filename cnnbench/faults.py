@@ -10,7 +10,9 @@ device idle for it), ``hold_exit`` (`cnnbench serve` only: the process that buil
 exit handler that never returns, as PyTorch's compile-worker pool can hold a process at exit after a
 cold compile), ``slow_start`` (`cnnbench serve` with front ends only: front end ``rank`` sleeps ``ms=N``
 before it installs its signal handlers, as a front end still importing its libraries on a busy host
-does). Without the variable nothing is wrapped and the step runs untouched.
+does), ``abort_exit`` (training: process ``rank`` aborts (SIGABRT) at its exit, after a run that
+finished, as a PyTorch gloo rank's exit-time destructors could). Without the variable nothing is
+wrapped and the step runs untouched.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import signal
 import time
 
 ENV_VAR = "CNNBENCH_FAULT"
-KINDS = ("raise", "kill", "orphan", "hang", "sleep", "hold_exit", "slow_start")
+KINDS = ("raise", "kill", "orphan", "hang", "sleep", "hold_exit", "slow_start", "abort_exit")
 
 
 class InjectedFault(RuntimeError):
@@ -34,7 +36,7 @@ def parse(text: str) -> dict[str, str]:
         if not fields.get("ms", "").replace(".", "", 1).isdigit():
             raise ValueError(f"{ENV_VAR}={text!r}: kind={fields['kind']} needs ms=N (milliseconds)")
         fields.setdefault("step", "0")
-    if fields.get("kind") == "hold_exit":
+    if fields.get("kind") in ("hold_exit", "abort_exit"):
         fields.setdefault("step", "0")  # not a step: the exit
     if fields.get("kind") not in KINDS or "step" not in fields:
         raise ValueError(f"{ENV_VAR}={text!r}: expected rank=R,step=S,kind={'|'.join(KINDS)} (sleep, slow_start: ms=N)")
@@ -60,6 +62,9 @@ def install(trainer: object, process_index: int) -> None:
     fault = parse(text)
     if int(fault.get("rank", 0)) != process_index or fault["kind"] == "slow_start":  # slow_start: serving only
         return
+    if fault["kind"] == "abort_exit":
+        atexit.register(os.abort)
+        return
     inner, target, counter = trainer.step, int(fault["step"]), [0]
 
     def step(*batch) -> None:  # the runner may hand it the batch it fetched (see protocol.train)
@@ -84,7 +89,7 @@ def install_on_engine(engine: object) -> None:
     if not text:
         return
     fault, counter = parse(text), [0]
-    if fault["kind"] == "slow_start":  # a front end's fault (delay_frontend_start), not the engine's
+    if fault["kind"] in ("slow_start", "abort_exit"):  # a front end's or a training worker's fault
         return
     if fault["kind"] == "hold_exit":
         atexit.register(time.sleep, 3600)

@@ -136,7 +136,7 @@ def module_level_framework_imports(text: str) -> list[str]:
 FLOORS: dict[str, int] = {
     "errors": 0,
     "model": 1, "data": 1,
-    "table": 2, "registry": 2, "options": 2, "faults": 2, "gpu_monitor": 2,
+    "table": 2, "registry": 2, "options": 2, "faults": 2, "gpu_monitor": 2, "process_exit": 2,
     "spec": 3, "envinfo": 3, "runs": 3,
     "backend": 4, "expand": 4, "rows": 4,
     "infer": 5, "report": 5,

@@ -71,9 +71,9 @@ class NumpyEngine:
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from cnnbench import envinfo
+    from cnnbench.process_exit import leave
     from cnnbench.serve.command import EngineRecipe, serve
     from cnnbench.serve.config import ServeConfig
-    from cnnbench.serve.process_exit import leave
     from cnnbench.table.schema import SCHEMA_VERSION
 
     port, compute_ms, max_batch, max_queue, deadline_ms = sys.argv[1:6]

@@ -79,6 +79,18 @@ def test_crash_writes_a_failed_row_and_leaves_no_process(tmp_path, backend, faul
     assert not list(_tmpdir(tmp_path).glob("cnnbench-*"))  # the failed run's folder is gone
 
 
+def test_a_torch_rank_that_would_abort_at_exit_after_its_run_leaves_an_ok_row(tmp_path):
+    # a finished rank could die in PyTorch's exit-time destructors (SIGABRT, "terminate called without an
+    # active exception"), and torchrun failed the whole run; the worker now leaves at once after close()
+    out = tmp_path / "rows.csv"
+    done = run_cli("run", _spec(tmp_path), "--out", out, "--no-report",
+                   env={"CNNBENCH_FAULT": "rank=1,kind=abort_exit", **MARK})
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = _assert_clean_csv(out, 1)
+    assert row["status"] == "ok" and row["images_per_sec"] > 0
+    assert not _workers()
+
+
 def test_hang_is_killed_at_timeout(tmp_path):
     out = tmp_path / "rows.csv"
     started = time.monotonic()

@@ -28,6 +28,11 @@ if TYPE_CHECKING:
 
 class TorchTrainer:
     input = None  # a TorchInput for uint8 sources (set in _setup_input)
+    # After close() (barrier, destroy_process_group) a finished rank could still die in the C++ exit-time
+    # destructors: "terminate called without an active exception" (SIGABRT) with no Python frame, after
+    # its last epoch, about 1 two-process CPU run in 20 on a 2-core host (2026-12-07; pytorch#190489).
+    # torchrun then fails the run. The worker leaves at once after close() instead (Trainer.leaves_at_once).
+    leaves_at_once = True
 
     def __init__(self, run: Run, ctx: BuildContext) -> None:
         import torch

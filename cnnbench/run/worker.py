@@ -22,6 +22,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +32,7 @@ from cnnbench.backend import load as load_backend
 from cnnbench.data import arrays as data_sources
 from cnnbench.data.loader import InputPlan, plan_for, reads_uint8
 from cnnbench.errors import error_line
+from cnnbench.process_exit import leave
 from cnnbench.run.launch import PID_SUFFIX, STACKS_SUFFIX
 from cnnbench.run.protocol import train
 from cnnbench.run.schedule import lr_table_for
@@ -92,8 +94,13 @@ def _train(run: Run, ctx: BuildContext, result_path: Path, is_main: bool) -> Non
             monitor.stop()
     if hasattr(trainer, "close"):
         trainer.close()
-    if not is_main:
-        return
+    if is_main:
+        _write_result(trainer, run, result, monitor, result_path)
+    if getattr(trainer, "leaves_at_once", False):  # see Trainer.leaves_at_once
+        leave(0)
+
+
+def _write_result(trainer: Any, run: Run, result: Any, monitor: Any, result_path: Path) -> None:
     peak = trainer.peak_memory_bytes()
     payload = {
         **result.timing_summary(run.global_batch, run.devices),

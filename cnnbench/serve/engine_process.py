@@ -14,7 +14,7 @@ Signals: SIGINT and SIGTERM are ignored (Ctrl-C, or a SIGTERM sent to the proces
 process of the server at once, and the engine must outlive the front ends that still wait for answers);
 STOP_SIGNAL, sent by the supervisor once every front end has exited (or by the kernel if the supervisor
 dies), drains: every admitted request is launched and answered, then the process exits 0 at once
-(:func:`cnnbench.serve.process_exit.leave`: no framework's exit handler may hold a drained engine).
+(:func:`cnnbench.process_exit.leave`: no framework's exit handler may hold a drained engine).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from cnnbench.infer.batcher import Closed, PipelinedBatcher, QueueFull
+from cnnbench.process_exit import leave
 from cnnbench.serve.config import ServeConfig
-from cnnbench.serve.process_exit import leave
 from cnnbench.serve.ring import FAILED, READY, STOPPED, Ring, RingLayout, die_with_parent
 
 STOP_SIGNAL = signal.SIGUSR1
