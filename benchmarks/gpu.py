@@ -55,7 +55,7 @@ def upgrade_outputs(section: Section, ctx: Context) -> None:
 
 
 def run_section(section: Section, args: argparse.Namespace) -> Context:
-    ctx = Context(section.name, args.out, args.cache, args.logs, args.smoke)
+    ctx = Context(section.name, args.out, args.cache, args.logs, args.smoke, only=tuple(args.only))
     upgrade_outputs(section, ctx)
     before = _row_counts(section, args.out)
     ctx.say(f"{section.summary} (expected {section.minutes:.0f} min{', SMOKE' if args.smoke else ''})")
@@ -78,6 +78,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=ROOT / "results", help="results folder (default results/)")
     parser.add_argument("--cache", type=Path, help="compile caches and sample data shared by the sections")
     parser.add_argument("--logs", type=Path, help="the sections' full output")
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT",
+                        help="run only the steps whose name contains TEXT (repeatable; the wheel and sample-data "
+                             "steps always run): one cell of a section when a call has little time")
     args = parser.parse_args(argv)
     unknown = [s for s in args.sections if s not in SECTIONS]
     if unknown:
@@ -113,7 +116,10 @@ def main(argv: list[str]) -> int:
             print(f"    failed: {line}")
         for line in ctx.skipped:
             print(f"    skipped: {line}")
-    return 1 if any(ctx.failed for ctx in done) else 0
+    unmatched = [text for text in args.only if not any(text in ctx.matched for ctx in done)]
+    for text in unmatched:
+        print(f"benchmarks/gpu.py: --only {text!r} matched no step of {', '.join(args.sections)}", flush=True)
+    return 1 if unmatched or any(ctx.failed for ctx in done) else 0
 
 
 if __name__ == "__main__":

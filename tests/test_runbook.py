@@ -79,6 +79,26 @@ def test_a_step_that_would_start_past_the_budget_is_skipped_and_said(tmp_path):
     assert ctx.skipped == ["late: section budget of 10 s spent"]
 
 
+def test_only_runs_the_named_steps_and_the_ones_they_need(tmp_path):
+    ctx = Context("t", tmp_path / "out", tmp_path / "cache", tmp_path / "logs", smoke=False, only=("b1024",))
+    assert ctx.run("jax_b512", ["true"], limit_s=5) is None
+    assert ctx.run("samples data", ["true"], limit_s=5, needed=True).ok
+    assert ctx.run("jax_b1024", ["true"], limit_s=5).ok
+    assert ctx.skipped == ["jax_b512: not asked for (--only)"] and ctx.matched == {"b1024"}
+
+
+def test_only_in_a_smoke_section_writes_just_that_steps_rows_and_a_text_that_matches_nothing_fails(tmp_path):
+    out = tmp_path / "out"
+    done = _runbook("--smoke", "input-prep", "--out", str(out), "--cache", str(tmp_path / "cache"),
+                    "--only", "jax prepare", "--only", "jax_b1O24", timeout=300)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "decode speed, one core: skipped (not asked for (--only))" in done.stdout
+    assert "benchmarks/gpu.py: --only 'jax_b1O24' matched no step of input-prep" in done.stdout
+    assert not (out / "h200_decode.jsonl").exists()
+    impls = {row["impl"] for row in sidefile.read(out / "h200_prepare_speed.jsonl")}
+    assert impls and all(impl.startswith("jax") for impl in impls)
+
+
 def test_a_missing_module_without_carried_wheels_names_the_pip_command(tmp_path):
     ctx = Context("t", tmp_path / "out", tmp_path / "cache", tmp_path / "logs", smoke=False)
     assert install_wheels(ctx, ["json", "no_such_module_for_the_runbook"]) == ["no_such_module_for_the_runbook"]

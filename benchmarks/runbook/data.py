@@ -30,7 +30,7 @@ def samples(ctx: Context, kind: str) -> Path | None:
         return folder
     gpu_args, smoke_args = SAMPLES[kind]
     step = ctx.run(f"{kind} data", [ctx.python, "-m", "cnnbench.cli", "samples", folder,
-                                    *(smoke_args if ctx.smoke else gpu_args)], 150)
+                                    *(smoke_args if ctx.smoke else gpu_args)], 150, needed=True)
     if not step or not step.ok:
         ctx.skip(f"steps on the {kind} data", "the sample data was not written")
         return None

@@ -64,10 +64,12 @@ class Context:
     logs: Path
     smoke: bool
     budget_s: float = SECTION_BUDGET_S
+    only: tuple[str, ...] = ()  # run only the steps whose name contains one of these (--only)
     python: str = sys.executable
     begun: float = field(default_factory=time.monotonic)
     skipped: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    matched: set[str] = field(default_factory=set)  # the --only texts some step's name contained
 
     def __post_init__(self) -> None:
         self.work = self.cache / "specs" / self.section  # spec variants: inputs, not results
@@ -107,9 +109,19 @@ class Context:
         return [m for m in modules if importlib.util.find_spec(m) is None]
 
     # -- steps -------------------------------------------------------------------------------------
+    def asked(self, name: str) -> bool:
+        """Whether --only leaves step NAME in (every step when --only is not given)."""
+        hits = {text for text in self.only if text in name}
+        self.matched |= hits
+        return not self.only or bool(hits)
+
     def run(self, name: str, cmd: Sequence[Any], limit_s: float, *, cwd: Path | None = None,
-            env: dict[str, str] | None = None, quiet: bool = False) -> Step | None:
-        """CMD under min(limit, time left); None (and a skip) when too little is left to start it."""
+            env: dict[str, str] | None = None, quiet: bool = False, needed: bool = False) -> Step | None:
+        """CMD under min(limit, time left); None (and a skip) when too little is left to start it, or when
+        --only leaves it out. NEEDED marks a step the others need (wheels, sample data): --only keeps it."""
+        if not needed and not self.asked(name):
+            self.skip(name, "not asked for (--only)")
+            return None
         limit = limit_s * (SMOKE_SCALE if self.smoke else 1.0)
         left = self.left()
         if left < 20:
@@ -207,7 +219,7 @@ def install_wheels(ctx: Context, modules: Sequence[str]) -> list[str]:
                 for line in WHEELS.read_text().splitlines() if line.strip() and not line.startswith("#")}
         wanted = [pins.get(module.lower(), module) for module in missing]
         ctx.run("install wheels", [ctx.python, "-m", "pip", "install", "--no-index", "--find-links", folder,
-                                   *wanted], 300)
+                                   *wanted], 300, needed=True)
         importlib.invalidate_caches()
         missing = ctx.missing(*modules)
     return missing
