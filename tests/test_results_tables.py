@@ -238,3 +238,28 @@ def test_frames_are_served_against_infer_of_the_same_invocation_and_litserve_bes
     assert "| cnnbench serve, one process | 2,000 (0.50), 9.0 / 30.0 | not measured yet" in table
     assert "| cnnbench serve, plain route (one forward per request) | 150 (0.04), 9.0 / 30.0 | not measured" in table
     assert "| LitServe, 4 worker(s), 4 API servers | 1,000 (0.25), 9.0 / 30.0 | not measured yet" in table
+
+
+def test_training_from_files_is_divided_by_the_synthetic_row_of_its_own_call(tmp_path):
+    # an older call on an H200 (files with nvJPEG, synthetic), a newer one on an H100 (files, synthetic): the
+    # H200's nvJPEG row must keep its own call's synthetic rate, not the newer H100 one
+    from results_tables import data, summary
+    from results_tables.rows import Results
+
+    def row(spec: str, ips: float, sha: str, card: str, when: str) -> dict:
+        return {"backend": "torch", "strategy": "ddp", "mode": "train", "spec_name": spec, "status": "ok",
+                "images_per_sec": ips, "git_sha": sha, "device_name": card, "timestamp_utc": when,
+                "data_wait_share": 0.05}
+
+    h200, h100 = "NVIDIA H200", "NVIDIA H100 80GB HBM3"
+    store.append_rows(tmp_path / "h200_data.csv", [
+        row("resnet50_synthetic", 4000.0, "aaa", h200, "2026-12-03T12:00:00+00:00"),
+        row("resnet50_imagefolder_gpu_decode", 1000.0, "aaa", h200, "2026-12-03T12:05:00+00:00"),
+        row("resnet50_imagefolder", 3600.0, "bbb", h100, "2026-12-07T02:45:00+00:00"),
+        row("resnet50_synthetic", 3000.0, "bbb", h100, "2026-12-07T02:46:00+00:00")])
+    results = Results(tmp_path)
+    text = "\n".join(data.real_input(results))
+    assert "| GPU (nvJPEG) | H200 | 1,000 | 25.0% |" in text
+    assert "| CPU (simplejpeg) | H100 | 3,600 | 120.0% |" in text
+    assert "| training torch from JPEG files / synthetic-resident | H100 | 1.200 (data wait 5.0%) |" in "\n".join(
+        summary.targets(results))

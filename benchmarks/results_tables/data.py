@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from results_tables.rows import NO_TF_GPU, Results, Row, missing, newest, number, ok, provenance, rate, share, table
+from results_tables.rows import (
+    NO_TF_GPU,
+    Results,
+    Row,
+    card,
+    missing,
+    newest,
+    number,
+    ok,
+    provenance,
+    rate,
+    share,
+    table,
+)
 
 CONFIGS = (  # (backend, strategy, spec name, input, decode)
     ("torch", "ddp", "resnet50_synthetic", "synthetic (resident)", "-"),
@@ -14,23 +27,43 @@ CONFIGS = (  # (backend, strategy, spec name, input, decode)
 
 
 def training_rows(results: Results) -> dict[tuple, Row]:
-    rows = [r for r in results.csv("h200_data.csv") if r["mode"] == "train"]
-    return newest(rows, lambda r: (r["backend"], r["spec_name"]))
+    return newest(_trained(results), lambda r: (r["backend"], r["spec_name"]))
+
+
+def _trained(results: Results) -> list[Row]:
+    return [r for r in results.csv("h200_data.csv") if r["mode"] == "train"]
+
+
+def synthetic_of_the_same_call(results: Results, row: Row | None) -> Row | None:
+    """The newest synthetic-resident row of ROW's backend made by the same commit on the same card, i.e.
+    by the same runbook call: a ratio against another card's or another call's row would mix the spread
+    between machines into it."""
+    if row is None:
+        return None
+    same = [r for r in _trained(results) if r["spec_name"] == "resnet50_synthetic" and r["backend"] == row["backend"]
+            and r.get("git_sha") == row.get("git_sha") and r.get("device_name") == row.get("device_name")]
+    return newest(same, lambda r: 0).get(0)
 
 
 def real_input(results: Results) -> list[str]:
     latest = training_rows(results)
-    lines = []
+    lines, shown = [], list(latest.values())
     for backend, strategy, spec, source, decode in CONFIGS:
-        row, synthetic = latest.get((backend, spec)), latest.get((backend, "resnet50_synthetic"))
+        row = latest.get((backend, spec))
+        synthetic = row if spec == "resnet50_synthetic" else synthetic_of_the_same_call(results, row)
+        shown.append(synthetic)
         versus = (f"{row['images_per_sec'] / synthetic['images_per_sec']:.1%}" if ok(row) and ok(synthetic) else "—")
-        lines.append([f"{backend} / {strategy}", source, decode, rate(row, "real-input"), versus,
-                      number(row.get("data_wait_ms_median"), 2) if ok(row) else "—",
+        lines.append([f"{backend} / {strategy}", source, decode, card(row) if row else "—", rate(row, "real-input"),
+                      versus, number(row.get("data_wait_ms_median"), 2) if ok(row) else "—",
                       share(row.get("data_wait_share")) if ok(row) else "—"])
-    lines.append(["tensorflow / mirrored", "JPEG files, tf.data", "CPU", NO_TF_GPU, "", "", ""])
-    header = ["backend", "input", "decode", "images/s", "vs. synthetic-resident", "data_wait_ms_median",
-              "data_wait_share"]
-    return table(header, lines, "lll" + "r" * 4) + ["", provenance({"h200_data.csv": list(latest.values())})]
+    lines.append(["tensorflow / mirrored", "JPEG files, tf.data", "CPU", "—", NO_TF_GPU, "", "", ""])
+    header = ["backend", "input", "decode", "card", "images/s", "vs. synthetic-resident of the same call",
+              "data_wait_ms_median", "data_wait_share"]
+    return table(header, lines, "llll" + "r" * 4) + ["", provenance({"h200_data.csv": _unique(shown)})]
+
+
+def _unique(rows: list[Row | None]) -> list[Row]:
+    return list({id(r): r for r in rows if r}.values())
 
 
 def decode(results: Results) -> list[str]:

@@ -84,8 +84,14 @@ def rate(row: Row | None, section: str, field: str = "images_per_sec", digits: i
     if row is None:
         return missing(section)
     if not ok(row):
-        return f"{row.get('status')}: {str(row.get('error') or '')[:70]}".rstrip(": ")
+        return f"{row.get('status')}: {short_error(row.get('error'))}".rstrip(": ")
     return number(row.get(field), digits)
+
+
+def short_error(error: Any, limit: int = 70) -> str:
+    """A row's error for a cell: its first clause (the rest is in the row), cut at LIMIT characters."""
+    text = str(error or "").split("; ")[0]
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def ratio(a: float | None, b: float | None, digits: int = 3) -> str | None:
