@@ -105,9 +105,13 @@ def main(argv: list[str]) -> int:
         show_list(args.out)
         if not args.sections:
             return 0
-    if not envinfo.git_sha():
+    sha = envinfo.git_sha()
+    if not sha:
         print("warning: no git checkout here: the rows will carry no commit", flush=True)
-    print(f"rows into {args.out}; compile caches and sample data in {args.cache}; logs in {args.logs}", flush=True)
+    # said up front: a copied tree whose git metadata lags the files would stamp the wrong commit, and
+    # CNNBENCH_GIT_SHA is how the caller names the right one
+    print(f"rows into {args.out}, stamped with commit {sha or 'none'} (CNNBENCH_GIT_SHA overrides); compile "
+          f"caches and sample data in {args.cache}; logs in {args.logs}", flush=True)
     done = [run_section(SECTIONS[name], args) for name in args.sections]
     print("\nsummary")
     for ctx in done:

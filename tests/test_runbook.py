@@ -57,6 +57,7 @@ def test_the_frames_section_in_smoke_mode_writes_its_rows_with_the_commit(tmp_pa
     assert split["batch"] == 4 and split["compute_ms"]["model"] > 0 and split["jpeg"]["end_to_end_ms_per_batch"] > 0
     assert "frames peer: skipped (the peer is torchvision's ResNet-50 on a GPU" in done.stdout
     assert "frames: 0 failed, 1 skipped" in done.stdout
+    assert f"stamped with commit {split['git_sha']} (CNNBENCH_GIT_SHA overrides)" in done.stdout
     assert (REPO / "results" / "h200_data_split.jsonl").read_bytes() == committed  # --out: results/ untouched
 
 
