@@ -10,9 +10,10 @@ device idle for it), ``hold_exit`` (`cnnbench serve` only: the process that buil
 exit handler that never returns, as PyTorch's compile-worker pool can hold a process at exit after a
 cold compile), ``slow_start`` (`cnnbench serve` with front ends only: front end ``rank`` sleeps ``ms=N``
 before it installs its signal handlers, as a front end still importing its libraries on a busy host
-does), ``abort_exit`` (training: process ``rank`` aborts (SIGABRT) at its exit, after a run that
-finished, as a PyTorch gloo rank's exit-time destructors could). Without the variable nothing is
-wrapped and the step runs untouched.
+does), ``slow_exit`` (`cnnbench serve` with front ends only: front end ``rank`` sleeps ``ms=N`` after its
+HTTP server has stopped, before it exits, as a front end's interpreter teardown can), ``abort_exit``
+(training: process ``rank`` aborts (SIGABRT) at its exit, after a run that finished, as a PyTorch gloo
+rank's exit-time destructors could). Without the variable nothing is wrapped and the step runs untouched.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import signal
 import time
 
 ENV_VAR = "CNNBENCH_FAULT"
-KINDS = ("raise", "kill", "orphan", "hang", "sleep", "hold_exit", "slow_start", "abort_exit")
+KINDS = ("raise", "kill", "orphan", "hang", "sleep", "hold_exit", "slow_start", "slow_exit", "abort_exit")
 
 
 class InjectedFault(RuntimeError):
@@ -32,14 +33,15 @@ class InjectedFault(RuntimeError):
 
 def parse(text: str) -> dict[str, str]:
     fields = dict(part.split("=", 1) for part in text.split(",") if part)
-    if fields.get("kind") in ("sleep", "slow_start"):
+    if fields.get("kind") in ("sleep", "slow_start", "slow_exit"):
         if not fields.get("ms", "").replace(".", "", 1).isdigit():
             raise ValueError(f"{ENV_VAR}={text!r}: kind={fields['kind']} needs ms=N (milliseconds)")
         fields.setdefault("step", "0")
     if fields.get("kind") in ("hold_exit", "abort_exit"):
         fields.setdefault("step", "0")  # not a step: the exit
     if fields.get("kind") not in KINDS or "step" not in fields:
-        raise ValueError(f"{ENV_VAR}={text!r}: expected rank=R,step=S,kind={'|'.join(KINDS)} (sleep, slow_start: ms=N)")
+        raise ValueError(f"{ENV_VAR}={text!r}: expected rank=R,step=S,kind={'|'.join(KINDS)} "
+                         "(sleep, slow_start, slow_exit: ms=N)")
     return fields
 
 
@@ -60,7 +62,7 @@ def install(trainer: object, process_index: int) -> None:
     if not text:
         return
     fault = parse(text)
-    if int(fault.get("rank", 0)) != process_index or fault["kind"] == "slow_start":  # slow_start: serving only
+    if int(fault.get("rank", 0)) != process_index or fault["kind"] in ("slow_start", "slow_exit"):  # serving only
         return
     if fault["kind"] == "abort_exit":
         atexit.register(os.abort)
@@ -89,7 +91,7 @@ def install_on_engine(engine: object) -> None:
     if not text:
         return
     fault, counter = parse(text), [0]
-    if fault["kind"] in ("slow_start", "abort_exit"):  # a front end's or a training worker's fault
+    if fault["kind"] in ("slow_start", "slow_exit", "abort_exit"):  # a front end's or a training worker's fault
         return
     if fault["kind"] == "hold_exit":
         atexit.register(time.sleep, 3600)
@@ -109,12 +111,14 @@ def install_on_engine(engine: object) -> None:
     engine.infer_now = wrapped(engine.infer_now)  # type: ignore[attr-defined]
 
 
-def delay_frontend_start(index: int) -> None:
+def delay_frontend(index: int, kind: str) -> None:
     """`cnnbench serve` front end ``index``: ``CNNBENCH_FAULT="rank=I,kind=slow_start,ms=N"`` makes it sleep
-    N ms before anything else, stretching the time in which it has no signal handlers of its own."""
+    N ms before anything else, stretching the time in which it has no signal handlers of its own;
+    ``kind=slow_exit`` makes it sleep after its HTTP server has stopped, stretching the time in which a late
+    stop signal can reach it. ``kind`` names the moment the caller is at."""
     text = os.environ.get(ENV_VAR)
     if not text:
         return
     fault = parse(text)
-    if fault["kind"] == "slow_start" and int(fault.get("rank", 0)) == index:
+    if fault["kind"] == kind and int(fault.get("rank", 0)) == index:
         time.sleep(float(fault["ms"]) / 1000.0)

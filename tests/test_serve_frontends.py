@@ -132,6 +132,20 @@ def test_a_dead_engine_gives_503_and_the_server_exits_non_zero():
     assert_ring_removed(server)
 
 
+def test_sigterm_to_the_process_group_stops_every_front_end_with_exit_0():
+    # a service manager's stop (systemd's control-group SIGTERM, the runbook's killpg) reaches each front end
+    # from the sender and again from the supervisor; front end 0 takes 1.5 s to exit after its server has
+    # stopped, so the second SIGTERM finds it stopped: it used to die by it (exit code -15, server exit 1)
+    server = frontend_server(compute_ms=5, frontends=2, new_session=True,
+                             env={"CNNBENCH_FAULT": "rank=0,kind=slow_exit,ms=1500"})
+    image = _images(1, SHAPE, seed=17)[0]
+    assert _raw(httpx, server.base, image).json()["classes"] == expected_answer(image)
+    os.killpg(server.process.pid, signal.SIGTERM)
+    assert server.process.wait(timeout=60) == 0
+    assert "(exit codes 0, 0), engine drained" in (log := server.process.stdout.read()), log
+    assert_ring_removed(server)
+
+
 @pytest.mark.parametrize("slow_start", [False, True], ids=["started", "one-front-end-still-starting"])
 def test_ctrl_c_to_the_process_group_stops_cleanly(slow_start):
     # still starting: front end 1 has no handlers of its own yet when Ctrl-C and the supervisor's SIGTERM

@@ -134,15 +134,20 @@ def run_server(service: Any, sockets: list[Any] | None = None, stop_signals: tup
         # drain into death by signal; take the signal as the request to stop, and stop.
         @contextlib.contextmanager
         def capture_signals(self):  # type: ignore[override]
-            previous = {sig: signal.signal(sig, self.handle_exit) for sig in stop_signals}
+            for sig in stop_signals:
+                signal.signal(sig, self.handle_exit)
             # a front end starts with its stop signal blocked (frontends.start_holding_signals): one sent
             # while it was starting is delivered now, to this handler, and stops it cleanly
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
             try:
                 yield
             finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
+                # The server has stopped and the process is on its way out: a later stop signal asks for
+                # what is already happening. Restoring the default action instead let it kill a drained
+                # process: a SIGTERM to the whole group (systemd's control-group stop, the runbook's killpg)
+                # reaches each front end twice, from the sender and from the supervisor.
+                for sig in stop_signals:
+                    signal.signal(sig, signal.SIG_IGN)
 
     config = service.config
     settings = uvicorn.Config(build_app(service), host=config.host, port=config.port, http=config.http, ws="none",

@@ -8,7 +8,8 @@ socket closes (the engine died) every waiting and every later request is answere
 supervisor stops this process. SIGINT is ignored (the supervisor orders the shutdown); SIGTERM stops
 accepting and answers what is in progress. Both come blocked from the supervisor: SIGTERM stays blocked
 until the HTTP server's handler is in place (``run_server``), so a stop sent while this process is still
-starting is answered by a clean stop, not by death.
+starting is answered by a clean stop, not by death. Once stopped it ignores SIGTERM: one sent to the
+whole process group (a service manager's stop) reaches it twice, from the sender and from the supervisor.
 """
 
 from __future__ import annotations
@@ -187,11 +188,13 @@ def frontend_main(index: int, config: ServeConfig, layout: RingLayout, address: 
     from cnnbench import faults
     from cnnbench.serve.app import run_server
 
-    faults.delay_frontend_start(index)
+    faults.delay_frontend(index, "slow_start")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # SIGTERM: once run_server handles it
     die_with_parent()
     sock = shared_socket or listening_socket(config.host, info["port"], reuse_port=True)
     ring = Ring.attach(layout)
     service = RingService(index, config, ring, address, info)
-    sys.exit(run_server(service, sockets=[sock], stop_signals=(signal.SIGTERM,)))
+    code = run_server(service, sockets=[sock], stop_signals=(signal.SIGTERM,))
+    faults.delay_frontend(index, "slow_exit")
+    sys.exit(code)
