@@ -263,3 +263,52 @@ def test_training_from_files_is_divided_by_the_synthetic_row_of_its_own_call(tmp
     assert "| CPU (simplejpeg) | H100 | 3,600 | 120.0% |" in text
     assert "| training torch from JPEG files / synthetic-resident | H100 | 1.200 (data wait 5.0%) |" in "\n".join(
         summary.targets(results))
+
+
+def test_figures_of_another_card_are_marked_and_never_compared_across_cards(tmp_path):
+    # the JAX batch-1024 option ran on an H100, the baseline table's JAX row on the H200: no "vs" between them
+    from results_tables import inference, training
+    from results_tables.rows import Results
+
+    h200, h100 = "NVIDIA H200", "NVIDIA H100 80GB HBM3"
+
+    def row(spec: str, backend: str, ips: float, card: str, **more) -> dict:
+        return {"backend": backend, "strategy": "sharded" if backend == "jax" else "ddp", "mode": "train",
+                "spec_name": spec, "status": "ok", "images_per_sec": ips, "device_name": card, "compile": False,
+                "global_batch": 256, "step_time_ms_median": 30.0, "first_step_s": 10.0,
+                "timestamp_utc": "2026-12-07T04:00:00+00:00", **more}
+
+    store.append_rows(tmp_path / "h200_resnet50.csv", [row("resnet50", "jax", 7000.0, h200)])
+    store.append_rows(tmp_path / "h200_options.csv", [row("jax_b512", "jax", 7500.0, h200, global_batch=512),
+                                                      row("jax_b1024", "jax", 6500.0, h100, global_batch=1024)])
+    store.append_rows(tmp_path / "h200_perf.csv", [
+        row("perf_infer", "torch", 400.0, h100, mode="infer", variant="resident", global_batch=1),
+        row("perf_infer", "jax", 450.0, h200, mode="infer", variant="resident", global_batch=1),
+        row("perf_infer", "jax", 26000.0, h200, mode="infer", variant="resident", global_batch=256)])
+    results = Results(tmp_path)
+    options = "\n".join(training.options(results))
+    assert "| 512 | 7,500 | 30.0 | 10.0 | +7.1% vs 7,000 |" in options
+    assert "| 1024 | 6,500 (H100) | 30.0 | 10.0 | — (the baseline row ran on the H200) |" in options
+    assert "the others on the H200" in options
+    by_input = "\n".join(inference.by_input(results))
+    assert "| 1 | 400 (H100) |" in by_input and "| 450 |" in by_input
+
+
+def test_a_saturation_offer_answered_in_full_says_the_offer_was_the_limit(tmp_path):
+    from results_tables import serving
+    from results_tables.rows import Results
+
+    def row(options: str, offered: int, answered: float, when: str) -> dict:
+        return {"backend": "torch", "backend_options": options, "variant": "dynamic", "request_input": "raw",
+                "arrival_rate_rps": offered, "images_per_sec": answered, "mean_batch": 31.0, "status": "ok",
+                "device_name": "NVIDIA H100 80GB HBM3", "timestamp_utc": when}
+
+    store.append_rows(tmp_path / "h200_serve_http.csv", [
+        row("cuda_graphs=True", 8000, 7978.0, "2026-12-07T04:00:00+00:00"),
+        row("", 8000, 4290.0, "2026-12-07T04:00:00+00:00"),
+        row("", 14000, 4300.0, "2026-12-08T04:00:00+00:00")])  # a later call offered more: it is shown
+    line = next(x for x in serving.serving(Results(tmp_path)) if x.startswith("| HTTP, raw, saturation"))
+    torch_cell, graphs_cell = line.split("|")[2:4]
+    assert torch_cell.strip() == "4,300 of 14,000 offered, mean batch 31.0"
+    assert graphs_cell.strip() == ("7,978 of 8,000 offered, mean batch 31.0; all answered: the offer was the limit, "
+                                   "not the server")

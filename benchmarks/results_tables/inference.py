@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from results_tables.rows import Results, Row, missing, newest, number, ok, provenance, rate, table
+from results_tables.rows import (
+    Results,
+    Row,
+    cards_note,
+    missing,
+    newest,
+    number,
+    ok,
+    on_card,
+    provenance,
+    rate,
+    table,
+    usual_card,
+)
 
 INPUTS = ("resident", "uint8_pinned", "float32_pinned", "float32_pageable")
 BACKEND_SECTION = {"torch": "inference-torch", "jax": "inference-jax"}
@@ -15,11 +28,16 @@ def by_input_rows(results: Results) -> dict[tuple, Row]:
 
 def by_input(results: Results) -> list[str]:
     latest = by_input_rows(results)
+    usual = usual_card(latest.values())
     columns = [(b, i) for b in ("torch", "jax") for i in INPUTS]
-    lines = [[str(batch), *(rate(latest.get((b, i, batch)), BACKEND_SECTION[b]) for b, i in columns)]
-             for batch in (1, 64, 256, 512)]
+
+    def cell(row: Row | None, backend: str) -> str:
+        return on_card(rate(row, BACKEND_SECTION[backend]), row, usual)
+
+    lines = [[str(batch), *(cell(latest.get((b, i, batch)), b) for b, i in columns)] for batch in (1, 64, 256, 512)]
     header = ["batch", *(f"{b} {i}" for b, i in columns)]
-    return table(header, lines) + ["", provenance({"h200_perf.csv": list(latest.values())})]
+    return (table(header, lines) + cards_note(latest.values(), usual)
+            + ["", provenance({"h200_perf.csv": list(latest.values())})])
 
 
 def _sweep_rows(results: Results) -> list[Row]:

@@ -8,6 +8,7 @@ row says which runbook section makes it; a cell that cannot be measured on the h
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,26 @@ def card(row: Row | None) -> str:
     as well as on the H200, so tables that gather sections say which card each figure comes from."""
     name = str((row or {}).get("device_name") or "")
     return next((word for word in name.split() if word[:1] in "HABL" and word[1:].isdigit()), name or "—")
+
+
+def usual_card(rows: Iterable[Row | None]) -> str:
+    """The card most of ROWS ran on."""
+    cards = Counter(card(r) for r in rows if r)
+    return cards.most_common(1)[0][0] if cards else "—"
+
+
+def on_card(text: str, row: Row | None, usual: str) -> str:
+    """TEXT, with the row's card after it where that is not USUAL: figures from two cards side by side
+    would otherwise read as one comparison."""
+    return f"{text} ({card(row)})" if row and card(row) != usual else text
+
+
+def cards_note(rows: Iterable[Row | None], usual: str) -> list[str]:
+    """A line under a table whose figures come from more than one card."""
+    if all(card(r) == usual for r in rows if r):
+        return []
+    return ["", f"A figure followed by a card ran on that card, the others on the {usual}: compare figures of one "
+                "card."]
 
 
 def ok(row: Row | None) -> bool:

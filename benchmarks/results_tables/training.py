@@ -7,15 +7,18 @@ from results_tables.rows import (
     Results,
     Row,
     card,
+    cards_note,
     missing,
     newest,
     number,
     ok,
+    on_card,
     provenance,
     rate,
     ratio,
     share,
     table,
+    usual_card,
 )
 
 PAIR_LABELS = {  # runbook pair -> (label, batch, section)
@@ -109,6 +112,7 @@ def options(results: Results) -> list[str]:
     base_rows = results.csv("h200_resnet50.csv")
     base = newest([r for r in base_rows if r["strategy"] in ("ddp", "sharded")],
                   lambda r: (r["backend"], bool(r["compile"])))
+    usual = usual_card(r for r in latest.values() if ok(r))
     lines, used = [], []
     for name, (label, against) in OPTION_LABELS.items():
         row, reference = latest.get(name), base.get(against)
@@ -116,13 +120,17 @@ def options(results: Results) -> list[str]:
         versus = "—"
         if ok(row) and ok(reference):
             change = row["images_per_sec"] / reference["images_per_sec"] - 1
-            versus = f"{change:+.1%} vs {number(reference['images_per_sec'])}"
+            versus = (f"{change:+.1%} vs {number(reference['images_per_sec'])}" if card(row) == card(reference)
+                      else f"— (the baseline row ran on the {card(reference)})")
         backend = "torch / ddp" if against[0] == "torch" else "jax / sharded"
-        lines.append([backend, label, str(row["global_batch"]) if row else "—", rate(row, "options"),
+        lines.append([backend, label, str(row["global_batch"]) if row else "—",
+                      on_card(rate(row, "options"), row if ok(row) else None, usual),
                       number(row["step_time_ms_median"], 1) if ok(row) else "—", _first_step(row), versus])
     header = ["backend", "option", "batch", "images/s", "step ms", "first step s", "vs. the baseline table's row"]
-    return table(header, lines, "llrrrrr") + ["", provenance({"h200_options.csv": [r for r in used if r in rows],
-                                                           "h200_resnet50.csv": [r for r in used if r in base_rows]})]
+    shown = {"h200_options.csv": [r for r in used if r in rows],
+             "h200_resnet50.csv": [r for r in used if r in base_rows]}
+    return (table(header, lines, "llrrrrr") + cards_note((r for r in latest.values() if ok(r)), usual)
+            + ["", provenance(shown)])
 
 
 DDP_MODES = ("ddp_optimizer", "no_optimization", "python_reducer")
