@@ -124,7 +124,8 @@ def options(results: Results) -> list[str]:
                       else f"— (the baseline row ran on the {card(reference)})")
         backend = "torch / ddp" if against[0] == "torch" else "jax / sharded"
         lines.append([backend, label, str(row["global_batch"]) if row else "—",
-                      on_card(rate(row, "options"), row if ok(row) else None, usual),
+                      on_card(rate(row, "options-autotune" if "autotune" in name else "options"),
+                              row if ok(row) else None, usual),
                       number(row["step_time_ms_median"], 1) if ok(row) else "—", _first_step(row), versus])
     header = ["backend", "option", "batch", "images/s", "step ms", "first step s", "vs. the baseline table's row"]
     shown = {"h200_options.csv": [r for r in used if r in rows],
