@@ -6,7 +6,8 @@ launcher host time per batch; what matters is how much of it holds the GIL. An e
 ResNet-50 forward is ~160 module calls of Python (milliseconds per batch, GIL held); a CUDA graph
 replay is one call (microseconds). This script gives the batcher engines that cost the same device
 time per batch (a sleep, GIL released, as a GPU computing) and differ only in GIL-held launch time, and
-prints for each: the engine alone (batches launched back to back, two in flight) and the batcher fed by
+prints for each: the engine alone (batches launched back to back, two in flight, launched by one thread
+and collected by another) and the batcher fed by
 one submitting thread, by benchmarks/serve_pipeline.py's own functions (as on the GPU).
 
 Usage: python benchmarks/batcher_gil.py [--device-ms 5] [--max-batch 32] [--launch-ms 0.05 5]
@@ -16,11 +17,14 @@ Prints one JSON line per launch cost.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import time
 
 import numpy as np
 from serve_pipeline import batcher_rate, engine_rate  # measured exactly as on the GPU
+
+from cnnbench.envinfo import git_sha
 
 SHAPE = (224, 224, 3)
 
@@ -64,12 +68,14 @@ def main() -> None:
     parser.add_argument("--launch-ms", type=float, nargs="+", default=[0.05, 2.5, 5.0],
                         help="GIL-held host time per launch (a graph replay ~0.05, eager ResNet-50 ~5)")
     args = parser.parse_args()
+    made = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     for launch_ms in args.launch_ms:
         engine = HostBoundEngine(launch_ms, args.device_ms)
         alone, _ = engine_rate(engine, engine.staging_buffers(3, args.max_batch), args.max_batch)
         batched = batcher_rate(HostBoundEngine(launch_ms, args.device_ms), args.max_batch, 5.0,
                                300 * args.max_batch)
-        print(json.dumps({"launch_ms": launch_ms, "device_ms": args.device_ms, "max_batch": args.max_batch,
+        print(json.dumps({"git_sha": git_sha(), "timestamp_utc": made,
+                          "launch_ms": launch_ms, "device_ms": args.device_ms, "max_batch": args.max_batch,
                           "engine_img_s": round(alone), "batcher_img_s": round(batched),
                           "batcher_share": round(batched / alone, 3)}))
 

@@ -4,7 +4,7 @@ client against httpx (docs/serving.md)."""
 
 from __future__ import annotations
 
-from results_tables.rows import Results, number, table
+from results_tables.rows import Results, number, provenance, table
 
 
 def _absent(script: str, columns: int) -> list[list[str]]:
@@ -29,7 +29,8 @@ def batcher_gil(results: Results) -> list[str]:
         lines.append([f"{r['launch_ms']:g} ms{note}", number(r["engine_img_s"]), number(r["batcher_img_s"]),
                       f"{r['batcher_share']:.3f}"])
     header = ["GIL-held launch per batch", "engine alone img/s", "batcher img/s", "batcher / engine"]
-    return table(header, lines or _absent("batcher_gil.py", 4), "rrrr")
+    return table(header, lines or _absent("batcher_gil.py", 4), "rrrr") + (
+        ["", provenance({"cpu_batcher_gil.jsonl": rows})] if rows else [])
 
 
 def load_client(results: Results) -> list[str]:
