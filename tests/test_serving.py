@@ -235,3 +235,37 @@ def test_a_full_server_refuses_before_decoding_and_a_decoded_request_keeps_its_p
     unlimited = _Places(None)  # the plain route: no queue to fill
     with admitted(unlimited), admitted(unlimited), admitted(unlimited):
         assert unlimited.admitting == 3
+
+
+class _HostHalvesEngine:
+    """4 ms of host work to launch and 4 ms to collect (sleeps: the GIL is free, as in a framework's C++),
+    1 ms of device time: launch and collect overlap only when two threads run them."""
+
+    image_shape, pad_multiple = (8, 8, 3), 8
+
+    def staging_buffers(self, count: int, max_batch: int) -> list[np.ndarray]:
+        return [np.zeros((max_batch, *self.image_shape), np.uint8) for _ in range(count)]
+
+    def launch(self, index: int, valid: int):
+        time.sleep(0.004)
+        return valid
+
+    def collect(self, valid: int):
+        time.sleep(0.004)
+        return np.zeros((valid, 5), np.int64), np.zeros((valid, 5), np.float32)
+
+
+def test_the_engine_alone_is_measured_as_the_batcher_drives_it_so_it_is_the_batchers_ceiling():
+    # one thread launching and collecting would take 8 ms a batch (4 img/ms at 32), the batcher 4 ms
+    import sys
+
+    from conftest import REPO
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from serve_pipeline import batcher_rate, engine_rate
+
+    engine = _HostHalvesEngine()
+    alone, batch_ms = engine_rate(engine, engine.staging_buffers(3, 32), 32, windows=3, steps=20)
+    batched = batcher_rate(_HostHalvesEngine(), 32, 5.0, 60 * 32)
+    assert batch_ms >= 8.0
+    assert alone > 1.5 * 32 / 8.0 * 1000  # above the one-thread rate of 4,000 img/s
+    assert batched < 1.1 * alone
