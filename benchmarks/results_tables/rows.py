@@ -72,19 +72,19 @@ def card(row: Row | None) -> str:
 
 def usual_card(rows: Iterable[Row | None]) -> str:
     """The card most of ROWS ran on."""
-    cards = Counter(card(r) for r in rows if r)
+    cards = Counter(card(r) for r in rows if r and card(r) != "—")
     return cards.most_common(1)[0][0] if cards else "—"
 
 
 def on_card(text: str, row: Row | None, usual: str) -> str:
     """TEXT, with the row's card after it where that is not USUAL: figures from two cards side by side
     would otherwise read as one comparison."""
-    return f"{text} ({card(row)})" if row and card(row) != usual else text
+    return f"{text} ({card(row)})" if row and card(row) not in (usual, "—") else text  # "—": no card recorded
 
 
 def cards_note(rows: Iterable[Row | None], usual: str) -> list[str]:
     """A line under a table whose figures come from more than one card."""
-    if all(card(r) == usual for r in rows if r):
+    if all(card(r) in (usual, "—") for r in rows if r):
         return []
     return ["", f"A figure followed by a card ran on that card, the others on the {usual}: compare figures of one "
                 "card."]
