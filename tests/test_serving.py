@@ -238,8 +238,8 @@ def test_a_full_server_refuses_before_decoding_and_a_decoded_request_keeps_its_p
 
 
 class _HostHalvesEngine:
-    """4 ms of host work to launch and 4 ms to collect (sleeps: the GIL is free, as in a framework's C++),
-    1 ms of device time: launch and collect overlap only when two threads run them."""
+    """4 ms of host work to launch and 4 ms to collect (sleeps: the GIL is free, as in a framework's C++), no
+    device time: launch and collect overlap only when two threads run them."""
 
     image_shape, pad_multiple = (8, 8, 3), 8
 

@@ -105,8 +105,13 @@ def rate(row: Row | None, section: str, field: str = "images_per_sec", digits: i
     if row is None:
         return missing(section)
     if not ok(row):
-        return f"{row.get('status')}: {short_error(row.get('error'))}".rstrip(": ")
+        return failed_cell(row)
     return number(row.get(field), digits)
+
+
+def failed_cell(row: Row) -> str:
+    """What a cell says for a row that did not finish: its status and the first clause of its error."""
+    return f"{row.get('status')}: {short_error(row.get('error'))}".rstrip(": ")
 
 
 def short_error(error: Any, limit: int = 70) -> str:

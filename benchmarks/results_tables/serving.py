@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from results_tables.rows import Results, Row, card, made_at, missing, newest, number, ok, provenance, table
+from results_tables.rows import Results, Row, card, failed_cell, made_at, missing, newest, number, ok, provenance, table
 
 CONFIGS = ("torch", "torch-graphs", "jax")
 ABSENT = missing("serving")
@@ -64,7 +64,7 @@ def serving(results: Results) -> list[str]:
         row: Row | None = http.get((config, variant, kind, offered))
         if row is None:
             return ABSENT
-        return text(row) if ok(row) else f"{row['status']}: {str(row.get('error') or '')[:60]}"
+        return text(row) if ok(row) else failed_cell(row)
 
     def highest(config: str, kind: str, floor: int, text) -> str:
         """The newest row offered at least FLOOR req/s (the section once offered 8,000 raw and 4,000 JPEG,
@@ -73,7 +73,7 @@ def serving(results: Results) -> list[str]:
         if not rows:
             return ABSENT
         row = max(rows, key=made_at)
-        return text(row) if ok(row) else f"{row['status']}: {str(row.get('error') or '')[:60]}"
+        return text(row) if ok(row) else failed_cell(row)
 
     def of_offered(row: Row, more: str = "") -> str:
         offered, rate = float(row["arrival_rate_rps"]), float(row["images_per_sec"])
@@ -276,7 +276,7 @@ def frames(results: Results) -> list[str]:
             paired.append(alone)
         rate = answered_200(row)
         if not ok(row):
-            served = f"{row['status']}: {str(row.get('error') or '')[:60]}"
+            served = failed_cell(row)
         else:
             share = rate / alone["images_per_sec"] if alone else None
             verdict = "" if share is None else f" ({share:.2f} of infer: {'met' if share >= 0.8 else 'not met'})"
@@ -315,7 +315,7 @@ def peers(results: Results) -> list[str]:
         if row is None:
             return PEERS_ABSENT
         if not ok(row):
-            return f"{row['status']}: {str(row.get('error') or '')[:60]}"
+            return failed_cell(row)
         rate = answered_200(row)
         share = f" ({rate / engine:.2f})" if engine and row["request_input"] == "raw" else ""
         return (f"{number(rate)}{share}, {number(row['latency_ms_p50'], 1)} / {number(row['latency_ms_p99'], 1)}"

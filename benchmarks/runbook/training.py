@@ -34,8 +34,7 @@ def training_jax(ctx: Context) -> None:
         run_pair(ctx, name)
 
 
-# One option changed at a time in resnet50_synthetic.toml: name -> (changes, limit on the H200). Last:
-# the one whose compilation ran past earlier limits (skipped with a line when the budget is spent).
+# One option changed at a time in resnet50_synthetic.toml: name -> (changes, limit on the H200).
 OPTIONS = {
     "torch_eager_fused": ({"backends": ["torch"], "torch.optimizer_impl": "fused"}, 70),
     "torch_eager_foreach": ({"backends": ["torch"], "torch.optimizer_impl": "foreach"}, 70),
