@@ -80,6 +80,29 @@ def test_a_step_that_would_start_past_the_budget_is_skipped_and_said(tmp_path):
     assert ctx.skipped == ["late: section budget of 10 s spent"]
 
 
+def test_a_group_starts_only_when_the_budget_left_covers_the_longest_group_so_far(tmp_path):
+    ctx = Context("t", tmp_path / "out", tmp_path / "cache", tmp_path / "logs", smoke=False, budget_s=3)
+    ran = []
+    ctx.run_group("first", ("first cnnbench", "first peer"), lambda: (time.sleep(2), ran.append("first")))
+    ctx.run_group("second", ("second cnnbench", "second peer"), lambda: ran.append("second"))
+    assert ran == ["first"]  # 2 s taken, about 1 s left: neither half of the second pair starts
+    assert len(ctx.skipped) == 1 and ctx.skipped[0].startswith("second: a group of this section took up to 2 s")
+    assert ctx.skipped[0].endswith("rerun it alone: benchmarks/gpu.py t --only 'second'")
+    roomy = Context("t", tmp_path / "out", tmp_path / "cache", tmp_path / "logs", smoke=False, budget_s=60)
+    roomy.run_group("first", ("first cnnbench",), lambda: time.sleep(0.2))
+    roomy.run_group("second", ("second cnnbench",), lambda: ran.append("roomy second"))
+    assert ran[-1] == "roomy second" and roomy.skipped == []
+
+
+def test_a_group_left_out_by_only_is_not_timed_nor_skipped_for_the_budget(tmp_path):
+    ctx = Context("t", tmp_path / "out", tmp_path / "cache", tmp_path / "logs", smoke=False, budget_s=3,
+                  only=("third",))
+    ctx.run_group("first", ("first cnnbench",), lambda: time.sleep(2))
+    assert ctx.group_s == [] and ctx.skipped == []
+    ctx.run_group("third", ("third cnnbench",), lambda: None)
+    assert len(ctx.group_s) == 1 and ctx.matched == {"third"}
+
+
 def test_only_runs_the_named_steps_and_the_ones_they_need(tmp_path):
     ctx = Context("t", tmp_path / "out", tmp_path / "cache", tmp_path / "logs", smoke=False, only=("b1024",))
     assert ctx.run("jax_b512", ["true"], limit_s=5) is None

@@ -92,9 +92,13 @@ def run_pair(ctx: Context, name: str, rows: str = PERF_ROWS) -> None:
     smoke = {**SMOKE_TRAIN, **({"per_device_batch": 8} if "per_device_batch" in pair.changes else {})}
     spec = ctx.spec(TRAIN_SPEC, f"compare_{name}", {"jax.strategies": ["sharded"], "timeout_s": pair.limit_s,
                                                    **pair.changes}, smoke)
-    row = cnnbench_row(ctx, f"{name} cnnbench", "run", spec, rows, pair.limit_s + 20)
-    found = peer(ctx, name, pair.peer, pair.limit_s, cnnbench_run_id=row["run_id"] if row else None)
-    if row and found and row.get("status") == "ok":
-        ratio = float(row["images_per_sec"]) / found["images_per_sec"]
-        ctx.say(f"{pair.label}: cnnbench {float(row['images_per_sec']):,.0f} img/s, peer "
-                f"{found['images_per_sec']:,.0f} img/s, ratio {ratio:.3f}")
+
+    def both_halves() -> None:
+        row = cnnbench_row(ctx, f"{name} cnnbench", "run", spec, rows, pair.limit_s + 20)
+        found = peer(ctx, name, pair.peer, pair.limit_s, cnnbench_run_id=row["run_id"] if row else None)
+        if row and found and row.get("status") == "ok":
+            ratio = float(row["images_per_sec"]) / found["images_per_sec"]
+            ctx.say(f"{pair.label}: cnnbench {float(row['images_per_sec']):,.0f} img/s, peer "
+                    f"{found['images_per_sec']:,.0f} img/s, ratio {ratio:.3f}")
+
+    ctx.run_group(name, (f"{name} cnnbench", f"{name} peer"), both_halves)

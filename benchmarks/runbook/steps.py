@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,9 @@ SECTION_BUDGET_S = 540.0
 # On a CPU, SMOKE compiles and imports are far slower than on the GPU host; time is not the point there.
 SMOKE_SCALE = 3.0
 TIMEOUT_RC = 124
+# A group of steps starts only with this much more time left than the longest group so far took: the
+# groups of one section differ by a few percent (DDP pairs on an H100: 176 and 173 s; the third needed 200).
+GROUP_MARGIN = 1.15
 WHEELS = BENCHMARKS / "gpu_wheels.txt"
 
 # SMOKE: the same code paths at sizes a CPU runs in seconds.
@@ -70,6 +73,7 @@ class Context:
     skipped: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     matched: set[str] = field(default_factory=set)  # the --only texts some step's name contained
+    group_s: list[float] = field(default_factory=list)  # how long each group of steps took (run_group)
 
     def __post_init__(self) -> None:
         self.work = self.cache / "specs" / self.section  # spec variants: inputs, not results
@@ -109,6 +113,27 @@ class Context:
         return [m for m in modules if importlib.util.find_spec(m) is None]
 
     # -- steps -------------------------------------------------------------------------------------
+    def run_group(self, group: str, steps: Sequence[str], body: Callable[[], None]) -> None:
+        """BODY runs STEPS that mean nothing apart (a cnnbench row and the plain peer it is compared with):
+        all of them or none. It starts only when what is left of the budget covers the longest group this
+        section has run so far, plus a margin (the groups of a section are alike: three DDP modes, three
+        compile scopes); the first group always starts. Otherwise a skip names the --only that reruns it in a
+        call of its own (on a cold H100, options-ddp spent 110 s of its last 190 on a cnnbench half whose peer
+        then ran out of budget, a row compared with nothing)."""
+        if not any(self.asked(step) for step in steps):
+            body()  # --only leaves the group out: its steps say so themselves, and its time says nothing
+            return
+        if self.group_s:
+            need = max(self.group_s) * GROUP_MARGIN
+            if self.left() < need:
+                self.skip(group, f"a group of this section took up to {max(self.group_s):.0f} s, "
+                                 f"{max(self.left(), 0):.0f} s of the budget is left; rerun it alone: "
+                                 f"benchmarks/gpu.py {self.section} --only '{group}'")
+                return
+        begun = time.monotonic()
+        body()
+        self.group_s.append(time.monotonic() - begun)
+
     def asked(self, name: str) -> bool:
         """Whether --only leaves step NAME in (every step when --only is not given)."""
         hits = {text for text in self.only if text in name}

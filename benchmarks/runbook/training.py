@@ -3,6 +3,8 @@ the DDP compile options, Keras' engines, model parallelism and pipeline micro-ba
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from runbook.pairs import PERF_ROWS, TRAIN_SPEC, cnnbench_row, peer, run_pair
 from runbook.steps import SMOKE_TRAIN, Context
 
@@ -73,9 +75,14 @@ def options_ddp(ctx: Context) -> None:
         spec = ctx.spec(TRAIN_SPEC, f"torch_ddp_{mode}", {"backends": ["torch"], "compile": True,
                                                           "torch.wrap_ddp_single": True, "torch.ddp_compile": mode,
                                                           "timeout_s": 150}, SMOKE_TRAIN)
-        row = cnnbench_row(ctx, f"ddp {mode} cnnbench", "run", spec, PERF_ROWS, 170)
-        peer(ctx, f"ddp-{mode}", ("torch_resnet50.py", "--compile", "step", "--ddp", mode), 150,
-             cnnbench_run_id=row["run_id"] if row else None)
+
+        def both_halves(mode: str = mode, spec: Path = spec) -> None:
+            row = cnnbench_row(ctx, f"ddp {mode} cnnbench", "run", spec, PERF_ROWS, 170)
+            peer(ctx, f"ddp-{mode}", ("torch_resnet50.py", "--compile", "step", "--ddp", mode), 150,
+                 cnnbench_run_id=row["run_id"] if row else None)
+
+        # both step names contain MODE, so that `--only MODE` reruns one pair
+        ctx.run_group(mode, (f"ddp {mode} cnnbench", f"ddp-{mode} peer"), both_halves)
 
 
 def keras(ctx: Context) -> None:
