@@ -86,19 +86,26 @@ def cnnbench_row(ctx: Context, name: str, command: str, spec: Path, rows: str, l
     return new[-1] if new else None
 
 
+def compare(ctx: Context, group: str, label: str, cnnbench_step: str, spec: Path, rows: str,
+            cnnbench_limit_s: float, pair: str, peer_args: tuple[str, ...], peer_limit_s: float) -> None:
+    """cnnbench first, then the plain peer (linked to cnnbench's row), as one group of steps: both halves
+    or neither (Context.run_group); the ratio said when both gave a number."""
+
+    def both_halves() -> None:
+        row = cnnbench_row(ctx, cnnbench_step, "run", spec, rows, cnnbench_limit_s)
+        found = peer(ctx, pair, peer_args, peer_limit_s, cnnbench_run_id=row["run_id"] if row else None)
+        if row and found and row.get("status") == "ok":
+            ratio = float(row["images_per_sec"]) / found["images_per_sec"]
+            ctx.say(f"{label}: cnnbench {float(row['images_per_sec']):,.0f} img/s, peer "
+                    f"{found['images_per_sec']:,.0f} img/s, ratio {ratio:.3f}")
+
+    ctx.run_group(group, (cnnbench_step, f"{pair} peer"), both_halves)
+
+
 def run_pair(ctx: Context, name: str, rows: str = PERF_ROWS) -> None:
-    """cnnbench first, then the peer (linked to cnnbench's row), each under the pair's limit."""
+    """One of PAIRS: the spec with the pair's fields, each half under the pair's limit."""
     pair = PAIRS[name]
     smoke = {**SMOKE_TRAIN, **({"per_device_batch": 8} if "per_device_batch" in pair.changes else {})}
     spec = ctx.spec(TRAIN_SPEC, f"compare_{name}", {"jax.strategies": ["sharded"], "timeout_s": pair.limit_s,
                                                    **pair.changes}, smoke)
-
-    def both_halves() -> None:
-        row = cnnbench_row(ctx, f"{name} cnnbench", "run", spec, rows, pair.limit_s + 20)
-        found = peer(ctx, name, pair.peer, pair.limit_s, cnnbench_run_id=row["run_id"] if row else None)
-        if row and found and row.get("status") == "ok":
-            ratio = float(row["images_per_sec"]) / found["images_per_sec"]
-            ctx.say(f"{pair.label}: cnnbench {float(row['images_per_sec']):,.0f} img/s, peer "
-                    f"{found['images_per_sec']:,.0f} img/s, ratio {ratio:.3f}")
-
-    ctx.run_group(name, (f"{name} cnnbench", f"{name} peer"), both_halves)
+    compare(ctx, name, pair.label, f"{name} cnnbench", spec, rows, pair.limit_s + 20, name, pair.peer, pair.limit_s)

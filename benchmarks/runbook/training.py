@@ -3,9 +3,7 @@ the DDP compile options, Keras' engines, model parallelism and pipeline micro-ba
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from runbook.pairs import PERF_ROWS, TRAIN_SPEC, cnnbench_row, peer, run_pair
+from runbook.pairs import PERF_ROWS, TRAIN_SPEC, compare, run_pair
 from runbook.steps import SMOKE_TRAIN, Context
 
 
@@ -75,14 +73,9 @@ def options_ddp(ctx: Context) -> None:
         spec = ctx.spec(TRAIN_SPEC, f"torch_ddp_{mode}", {"backends": ["torch"], "compile": True,
                                                           "torch.wrap_ddp_single": True, "torch.ddp_compile": mode,
                                                           "timeout_s": 150}, SMOKE_TRAIN)
-
-        def both_halves(mode: str = mode, spec: Path = spec) -> None:
-            row = cnnbench_row(ctx, f"ddp {mode} cnnbench", "run", spec, PERF_ROWS, 170)
-            peer(ctx, f"ddp-{mode}", ("torch_resnet50.py", "--compile", "step", "--ddp", mode), 150,
-                 cnnbench_run_id=row["run_id"] if row else None)
-
         # both step names contain MODE, so that `--only MODE` reruns one pair
-        ctx.run_group(mode, (f"ddp {mode} cnnbench", f"ddp-{mode} peer"), both_halves)
+        compare(ctx, mode, f"1-process DDP, ddp_compile = {mode}", f"ddp {mode} cnnbench", spec, PERF_ROWS, 170,
+                f"ddp-{mode}", ("torch_resnet50.py", "--compile", "step", "--ddp", mode), 150)
 
 
 def keras(ctx: Context) -> None:
