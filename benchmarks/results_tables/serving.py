@@ -118,8 +118,8 @@ def serving(results: Results) -> list[str]:
         row = stack.get(parser)
         parsers.append(number(row["images_per_sec"]) if ok(row) else ABSENT if row is None else row["status"])
     offered = {number(float(r["arrival_rate_rps"])) for r in stack.values()}
-    lines.append([f"HTTP stack alone (no model), raw, {' and '.join(sorted(offered)) or '—'} req/s offered: "
-                  "answered req/s, httptools / h11 parser",
+    lines.append(["HTTP stack alone (no model, one process: no front ends), raw, "
+                  f"{' and '.join(sorted(offered)) or '—'} req/s offered: answered req/s, httptools / h11 parser",
                   " / ".join(parsers), "(the same server)", "(the same server)"])
     shown = {"h200_serve_pipeline.jsonl": list(pipeline.values()), "h200_serve_http.csv": list(http.values()),
              "h200_stack_http.csv": list(stack.values())}
