@@ -23,8 +23,14 @@ SHAPE = tuple(int(n) for n in os.environ.get("NUMPY_ENGINE_SHAPE", "4,4,1").spli
 
 
 def expected_answer(image: np.ndarray) -> list[int]:
-    """The classes the engine gives an image: its pixel sum mod 10, then the next ones."""
-    first = int(image.astype(np.int64).sum()) % 10
+    """The classes the engine gives an image: a checksum of all its bytes mod 10, then the next ones.
+
+    The checksum sums the image's 8-byte words (wrapping) where its size allows: at 224x224x3 that costs
+    about 3 us against 60 us for a pixel sum, which the engine thread would pay per image under the GIL,
+    so the no-model server measures the HTTP stack rather than its own checksum."""
+    flat = np.ascontiguousarray(image).reshape(-1)
+    words = flat.view(np.uint64) if flat.nbytes % 8 == 0 else flat.astype(np.uint64)
+    first = int(words.sum(dtype=np.uint64)) % 10
     return [first, (first + 1) % 10]
 
 

@@ -312,3 +312,27 @@ def test_a_saturation_offer_answered_in_full_says_the_offer_was_the_limit(tmp_pa
     assert torch_cell.strip() == "4,300 of 14,000 offered, mean batch 31.0"
     assert graphs_cell.strip() == ("7,978 of 8,000 offered, mean batch 31.0; all answered: the offer was the limit, "
                                    "not the server")
+
+
+def test_the_no_model_server_with_front_ends_is_its_own_row_against_the_cuda_graphs_engine(tmp_path):
+    from results_tables import serving
+    from results_tables.rows import Results
+
+    def row(options: str, answered: float) -> dict:
+        return {"backend": "numpy", "backend_options": options, "variant": "dynamic", "request_input": "raw",
+                "arrival_rate_rps": 14000, "images_per_sec": answered, "status": "ok", "device_name": "numpy",
+                "timestamp_utc": "2026-12-08T04:00:00+00:00"}
+
+    (tmp_path / "h200_serve_pipeline.jsonl").write_text(json.dumps(
+        {"backend": "torch", "cuda_graphs": True, "engine_img_s": 10000.0, "batch_ms": 3.2, "batcher_img_s": 9000.0,
+         "decode_per_s_1": 400.0, "decode_per_s_workers": 3000.0, "decode_workers": 8,
+         "timestamp_utc": "2026-12-08T04:00:00+00:00"}) + "\n")
+    store.append_rows(tmp_path / "h200_stack_http.csv", [
+        row("http=h11_impl", 900.0),  # a row from before front ends: one process
+        row("frontends=0;http=httptools_impl", 2350.0),
+        row("frontends=7;listen=reuseport;http=httptools_impl", 12000.0)])
+    lines = serving.serving(Results(tmp_path))
+    one = next(x for x in lines if x.startswith("| HTTP stack alone (no model, one process"))
+    assert one.split("|")[2].strip() == "2,350 / 900"  # the front-end row does not take the one-process cell
+    front = next(x for x in lines if x.startswith("| HTTP stack alone (no model), 7 front ends"))
+    assert "14,000 req/s offered" in front and front.split("|")[2].strip() == "12,000 (1.20)"

@@ -35,6 +35,13 @@ def answered_200(row: Row) -> float:
     return rate
 
 
+def stack_key(row: Row) -> tuple[int, str]:
+    """(front ends, HTTP parser) of a no-model server row; rows from before front ends were one process."""
+    options = row.get("backend_options") or ""
+    found = re.search(r"(?:^|;)frontends=(\d+)", options)
+    return int(found.group(1)) if found else 0, options.rsplit("http=", 1)[-1]
+
+
 def refused(row: Row) -> str:
     """How many requests a full queue refused (503), as the row's errors_by_status counts them."""
     found = re.search(r"(?:^|;)(?:503|non2xx)=(\d+)", str(row.get("errors_by_status") or ""))
@@ -47,8 +54,7 @@ def serving(results: Results) -> list[str]:
     http = newest(results.csv("h200_serve_http.csv"),
                   lambda r: (_config(r["backend"], r["backend_options"]), r["variant"], r["request_input"],
                              r["arrival_rate_rps"]))
-    stack = newest(results.csv("h200_stack_http.csv"),
-                   lambda r: (r["backend_options"] or "").rsplit("http=", 1)[-1])
+    stack = newest(results.csv("h200_stack_http.csv"), stack_key)
 
     def engine(config: str) -> float | None:
         found = pipeline.get(config)
@@ -113,14 +119,24 @@ def serving(results: Results) -> list[str]:
         ["plain route, saturation (1,500 req/s offered): answered img/s",
          *(load(c, "none", "raw", 1500, lambda r: number(r["images_per_sec"])) for c in CONFIGS)],
     ]
-    parsers = []
-    for parser in ("httptools_impl", "h11_impl"):
-        row = stack.get(parser)
-        parsers.append(number(row["images_per_sec"]) if ok(row) else ABSENT if row is None else row["status"])
-    offered = {number(float(r["arrival_rate_rps"])) for r in stack.values()}
+    def answered_req(row: Row | None) -> str:
+        return number(row["images_per_sec"]) if ok(row) else ABSENT if row is None else failed_cell(row)
+
+    one_process = {key: row for key, row in stack.items() if key[0] == 0}
+    offered = {number(float(r["arrival_rate_rps"])) for r in one_process.values()}
     lines.append(["HTTP stack alone (no model, one process: no front ends), raw, "
                   f"{' and '.join(sorted(offered)) or '—'} req/s offered: answered req/s, httptools / h11 parser",
-                  " / ".join(parsers), "(the same server)", "(the same server)"])
+                  " / ".join(answered_req(stack.get((0, parser))) for parser in ("httptools_impl", "h11_impl")),
+                  "(the same server)", "(the same server)"])
+    with_frontends = [row for key, row in stack.items() if key[0] > 0 and key[1] == "httptools_impl"]
+    front = max(with_frontends, key=made_at) if with_frontends else None
+    setting = (f"{stack_key(front)[0]} front ends as the servers above, raw, "
+               f"{number(float(front['arrival_rate_rps']))} req/s offered" if front
+               else "the servers' default front ends, raw, at saturation")
+    lines.append([f"HTTP stack alone (no model), {setting}: answered req/s (share of the CUDA-graphs engine)",
+                  answered_req(front) + (f" ({float(front['images_per_sec']) / engine('torch-graphs'):.2f})"
+                                         if ok(front) and engine("torch-graphs") else ""),
+                  "(the same server)", "(the same server)"])
     shown = {"h200_serve_pipeline.jsonl": list(pipeline.values()), "h200_serve_http.csv": list(http.values()),
              "h200_stack_http.csv": list(stack.values())}
     return table(["", "torch", "torch, CUDA graphs", "jax"], lines, "lrrr") + ["", provenance(shown)]

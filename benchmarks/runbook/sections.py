@@ -142,7 +142,8 @@ SECTIONS: dict[str, Section] = {s.name: s for s in (
             data.input_prep, ("cnnbench/data", f"{TORCH_DIR}/transforms.py", f"{JAX_DIR}/transforms.py",
                               "benchmarks/decode_speed.py", "benchmarks/prepare_speed.py"),
             (Output("h200_decode.jsonl"), Output("h200_prepare_speed.jsonl"))),
-    Section("serving", 7, "cnnbench serve + cnnbench load: the HTTP stack alone, torch eager, torch CUDA graphs, jax",
+    Section("serving", 7, "cnnbench serve + cnnbench load: the HTTP stack alone (one process, then the default "
+            "front ends), torch eager, torch CUDA graphs, jax",
             serving.serving, (*CORE, *INFER, TORCH_DIR, JAX_DIR, "cnnbench/serve", "experiments/resnet50_serve.toml",
                               "benchmarks/serve_pipeline.py", "benchmarks/runbook/serving.py",
                               "tests/numpy_serve_engine.py"),

@@ -1,7 +1,8 @@
 """`cnnbench serve` over HTTP with `cnnbench load` on the same host: the HTTP stack alone (a model that
-takes no time, httptools and h11 parsers), then PyTorch eager, PyTorch with CUDA graphs and JAX: the
-engine and the in-process batcher without HTTP (serve_pipeline.py), dynamic batching at 100, 3,000 and
-14,000 req/s raw and 8,000 JPEG at saturation, and the plain route (one forward per request)."""
+takes no time: one process with the httptools and the h11 parser, then the default front ends), then
+PyTorch eager, PyTorch with CUDA graphs and JAX: the engine and the in-process batcher without HTTP
+(serve_pipeline.py), dynamic batching at 100, 3,000 and 14,000 req/s raw and 8,000 JPEG at saturation, and
+the plain route (one forward per request)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from cnnbench.serve.config import default_frontends
 from runbook.steps import ROOT, SMOKE_MODEL, Context, stop_group
 
 SERVE_SPEC = "experiments/resnet50_serve.toml"
@@ -76,9 +78,12 @@ def serving(ctx: Context) -> None:
     plan = SMOKE_LOAD if ctx.smoke else GPU_LOAD
     port = free_port()
     device = "cpu" if ctx.smoke else "gpu"
-    for parser in ("auto", "h11"):  # the HTTP stack alone: uvicorn's default parser (httptools), then h11
-        with server(ctx, f"no-model {parser}", [ctx.python, "tests/numpy_serve_engine.py", port, 0, 32, 512, 5,
-                                                "dynamic", parser], {"NUMPY_ENGINE_SHAPE": plan.shape}):
+    # The HTTP stack alone: one process with uvicorn's default parser (httptools), then h11, then the default
+    # front ends of the model servers below, which is the ceiling of the server around any engine.
+    frontends = default_frontends() or 2  # a host under 4 cores (SMOKE) still runs the front-end path
+    for name, parser, count in (("auto", "auto", 0), ("h11", "h11", 0), (f"{frontends} front ends", "auto", frontends)):
+        with server(ctx, f"no-model {name}", [ctx.python, "tests/numpy_serve_engine.py", port, 0, 32, 512, 5,
+                                              "dynamic", parser, count], {"NUMPY_ENGINE_SHAPE": plan.shape}):
             load(ctx, port, "h200_stack_http.csv", plan.high, "raw", plan)
     spec = ctx.spec(SERVE_SPEC, "resnet50_serve", {}, SMOKE_SERVE)
     graphs = ctx.spec(SERVE_SPEC, "resnet50_serve_graphs", {"torch.serve_cuda_graphs": True}, SMOKE_SERVE)
