@@ -4,7 +4,9 @@ Uses cnnbench's own pieces (the neutral loader, backends/torch/input.py's DataLo
 prepare, the ResNet-50 of backends/torch/models.py) and measures each stage alone, then the pipeline:
 
 - decode: one batch decoded serially on one core (ms per batch, images/s per core), from the JPEG folder
-  and from the video; and the DataLoader with ``--workers`` processes (host side only, ms per batch);
+  and from the video; and the DataLoader, host side only (ms per batch of pinned host tensors): the JPEG
+  folder with ``--workers`` processes, the video with its one reader in the main process (decode, stacking
+  and pinning in one thread, as the end to end below runs it);
 - copy: one batch host -> device as uint8 NHWC from pinned memory, as float32 NCHW from pageable memory
   and from pinned memory (median of 10, synchronized);
 - compute: prepare (uint8 -> normalised float, on the device) + the model in ``--precision``, compiled
@@ -105,6 +107,7 @@ def main() -> None:
     result["jpeg"] = decode_serial(jpeg, b)
     result["video"] = decode_serial(video, b)
     result["jpeg"]["loader_ms_per_batch"] = loader_host(jpeg, b, device, args.batches)
+    result["video"]["loader_ms_per_batch"] = loader_host(video, b, device, args.batches)
 
     # -- copies -------------------------------------------------------------------------------------
     u8 = torch.randint(0, 256, (b, *size, 3), dtype=torch.uint8)

@@ -129,8 +129,8 @@ def frames_split(results: Results) -> list[str]:
     same = "(same batch)"
     lines = [["decode, one core, serial (16 frames)", get("jpeg", "decode_ms_per_batch_1core"),
               get("video", "decode_ms_per_batch_1core")],
-             ["decode, DataLoader workers (host side)", get("jpeg", "loader_ms_per_batch"),
-              "— (one reader: FFmpeg decodes in order)"],
+             ["DataLoader, host side (JPEG: the loader workers; the video: its one reader in the main process)",
+              get("jpeg", "loader_ms_per_batch"), get("video", "loader_ms_per_batch")],
              ["copy: uint8 NHWC from pinned memory", get("copy_ms", "uint8_pinned", digits=2), same],
              ["copy: float32 NCHW from pageable memory", get("copy_ms", "fp32_pageable"), same],
              ["copy: float32 NCHW from pinned memory", get("copy_ms", "fp32_pinned", digits=2), same],
