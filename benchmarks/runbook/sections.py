@@ -93,8 +93,8 @@ SECTIONS: dict[str, Section] = {s.name: s for s in (
             "command buffers off", training.options,
             (*CORE, *TORCH, *JAX, "experiments/resnet50_synthetic.toml", "benchmarks/runbook/training.py"),
             (Output("h200_options.csv", lambda r: r.get("spec_name") in training.OPTIONS),)),
-    Section("options-autotune", 8, "torch.compile with max-autotune-no-cudagraphs (its autotuning alone ran past "
-            "4 minutes)", training.options_autotune,
+    Section("options-autotune", 8, "torch.compile with max-autotune-no-cudagraphs (still compiling after 450 s "
+            "with cold caches: run it twice on one host, one --cache)", training.options_autotune,
             (*CORE, *TORCH, "experiments/resnet50_synthetic.toml", "benchmarks/runbook/training.py"),
             (Output("h200_options.csv", lambda r: r.get("spec_name") in training.AUTOTUNE_OPTIONS),)),
     Section("options-ddp", 8, "the 1-process DDP wrapper with each ddp_compile mode beside the peer's --ddp",

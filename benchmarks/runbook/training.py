@@ -45,8 +45,9 @@ OPTIONS = {
     "jax_no_command_buffers": ({"backends": ["jax"], "jax.xla_flags": "--xla_gpu_enable_command_buffer="}, 80),
 }
 # max-autotune benchmarks Triton candidates for each convolution and matmul of the forward and the backward
-# (about 12 s for one convolution's 18 candidates on an H100): still autotuning after 240 s on 2026-12-07, so
-# it has a section of its own, with what is left of a 10-minute call
+# (about 12 s for one convolution's 18 candidates on an H100): still compiling after 240 s and, in a section of
+# its own, after 450 s (2026-12-07, cold caches). Inductor keeps each autotuned kernel's choice and the Triton
+# builds in the compile cache as it goes, so a second call on the same host with the same --cache resumes.
 AUTOTUNE_OPTIONS = {
     "torch_compile_max_autotune_no_cudagraphs": ({"backends": ["torch"], "compile": True,
                                                   "torch.compile_mode": "max-autotune-no-cudagraphs"}, 450),
