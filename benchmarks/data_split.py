@@ -73,12 +73,15 @@ def decode_serial(plan, batch: int) -> dict:
 def loader_host(plan, batch: int, device, batches: int) -> float:
     """ms per batch the DataLoader delivers (pinned, host side), after its first batch."""
     source = TorchInput(plan, device, batch, 0, 1, channels_last=True)
-    iterator = source.host_batches()
-    next(iterator)
-    begun = time.perf_counter()
-    for _ in range(batches):
+    try:
+        iterator = source.host_batches()
         next(iterator)
-    return (time.perf_counter() - begun) * 1000.0 / batches
+        begun = time.perf_counter()
+        for _ in range(batches):
+            next(iterator)
+        return (time.perf_counter() - begun) * 1000.0 / batches
+    finally:
+        source.close()  # its workers would idle beside the later stages, then wait 5 s each at exit
 
 
 def main() -> None:
@@ -159,6 +162,7 @@ def main() -> None:
             step()
         sync()
         result[name]["end_to_end_ms_per_batch"] = (time.perf_counter() - begun) * 1000.0 / args.batches
+        source.close()
     text = json.dumps(result, indent=1)
     if args.out:
         Path(args.out).write_text(text)
