@@ -336,3 +336,7 @@ def test_the_no_model_server_with_front_ends_is_its_own_row_against_the_cuda_gra
     assert one.split("|")[2].strip() == "2,350 / 900"  # the front-end row does not take the one-process cell
     front = next(x for x in lines if x.startswith("| HTTP stack alone (no model), 7 front ends"))
     assert "14,000 req/s offered" in front and front.split("|")[2].strip() == "12,000 (1.20)"
+    store.append_rows(tmp_path / "h200_stack_http.csv", [  # a later run answered all it was offered
+        {**row("frontends=7;listen=reuseport;http=httptools_impl", 13990.0), "timestamp_utc": "2026-12-09T04:00:00"}])
+    front = next(x for x in serving.serving(Results(tmp_path)) if x.startswith("| HTTP stack alone (no model), 7"))
+    assert front.split("|")[2].strip() == "13,990 (1.40); all answered: the offer was the limit, not the server"

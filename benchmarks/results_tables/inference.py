@@ -115,6 +115,16 @@ def _newest_record(records: list[Row]) -> Row | None:
     return found.get(0)
 
 
+def _loader_window(split: dict) -> str:
+    """Which batches the loader and end-to-end figures time: rows before the steady-state window carry no
+    ``timed_batches`` and timed 12 batches right after the first, inside the burst of the workers' first round."""
+    if "timed_batches" in split:
+        return (f"Loader and end-to-end figures: {split['timed_batches']} batches timed after one round of the "
+                "workers' first batches (steady state).")
+    return ("Loader and end-to-end figures: 12 batches timed right after the first, while the workers' first "
+            "batches arrive together (a burst, not the rate the workers sustain).")
+
+
 def frames_split(results: Results) -> list[str]:
     split = _newest_record(results.jsonl("h200_data_split.jsonl"))
     peer = _newest_record(results.jsonl("h200_data_peer.jsonl"))
@@ -142,7 +152,7 @@ def frames_split(results: Results) -> list[str]:
               get("video", "end_to_end_ms_per_batch")]]
     shown = {"h200_data_split.jsonl": [split] if split else [], "h200_data_peer.jsonl": [peer] if peer else []}
     note = (f"Batch {split['batch']} x {split['size']}, {split['precision']}, compiled: {split['compile']}, "
-            f"{split['workers']} loader workers." if split else "")
+            f"{split['workers']} loader workers. {_loader_window(split)}" if split else "")
     return table(["stage (ms per batch)", "from JPEG files", "from the video"], lines, "lrr") + ["", note,
                                                                                                  provenance(shown)]
 

@@ -35,6 +35,13 @@ def answered_200(row: Row) -> float:
     return rate
 
 
+def offer_limit(row: Row) -> str:
+    """What to add to a saturation figure: an offer answered in full measured the client's rate, not the
+    server's, whose bound is then somewhere above it."""
+    answered_in_full = float(row["images_per_sec"]) >= 0.97 * float(row["arrival_rate_rps"])
+    return "; all answered: the offer was the limit, not the server" if answered_in_full else ""
+
+
 def stack_key(row: Row) -> tuple[int, str]:
     """(front ends, HTTP parser) of a no-model server row; rows from before front ends were one process."""
     options = row.get("backend_options") or ""
@@ -83,9 +90,7 @@ def serving(results: Results) -> list[str]:
 
     def of_offered(row: Row, more: str = "") -> str:
         offered, rate = float(row["arrival_rate_rps"]), float(row["images_per_sec"])
-        # an offer answered in full measured the client's rate, not the server's
-        limit = "; all answered: the offer was the limit, not the server" if rate >= 0.97 * offered else ""
-        return f"{number(rate)} of {number(offered)} offered{more}{limit}"
+        return f"{number(rate)} of {number(offered)} offered{more}{offer_limit(row)}"
 
     def answered(row: Row, config: str) -> str:
         base = engine(config)
@@ -135,7 +140,8 @@ def serving(results: Results) -> list[str]:
                else "the servers' default front ends, raw, at saturation")
     lines.append([f"HTTP stack alone (no model), {setting}: answered req/s (share of the CUDA-graphs engine)",
                   answered_req(front) + (f" ({float(front['images_per_sec']) / engine('torch-graphs'):.2f})"
-                                         if ok(front) and engine("torch-graphs") else ""),
+                                         if ok(front) and engine("torch-graphs") else "")
+                  + (offer_limit(front) if ok(front) else ""),
                   "(the same server)", "(the same server)"])
     shown = {"h200_serve_pipeline.jsonl": list(pipeline.values()), "h200_serve_http.csv": list(http.values()),
              "h200_stack_http.csv": list(stack.values())}
