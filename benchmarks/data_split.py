@@ -13,7 +13,8 @@ prepare, the ResNet-50 of backends/torch/models.py) and measures each stage alon
   with ``--compile``, on a resident uint8 batch; and the model alone on a resident float batch (what the
   plain peer benchmarks/plain_peers/torch_frames.py measures);
 - end to end: DataLoader -> non-blocking copy -> prepare -> model, ms per batch (the copy and decode of
-  the next batch overlap the current one's compute).
+  the next batch overlap the current one's compute), and the part of it the main thread waited for the
+  loader: near the whole when the host side bounds the loop, near zero when the device path does.
 
 Loader figures are steady state: each worker decodes whole batches, so the workers' first batches arrive
 together; ``workers + 1`` batches are drawn before the clock starts, then ``--batches`` are timed (at least
@@ -95,6 +96,26 @@ def loader_host(plan, batch: int, device, batches: int) -> float:
         source.close()  # its workers would idle beside the later stages, then wait 5 s each at exit
 
 
+def end_to_end(source: TorchInput, infer, sync, warm: int, batches: int) -> dict:
+    """ms per batch of loader -> queued copy and prepare -> model, and how much of it the main thread spent
+    waiting for the loader's next batch (the rest: queueing the device work, or blocked behind the device)."""
+    host = source.host_batches()
+    with torch.inference_mode():  # prepare's output too, as in the compute stage above
+        for _ in range(warm):
+            infer(source.to_device(next(host))[0])
+        sync()
+        waited = 0.0
+        begun = time.perf_counter()
+        for _ in range(batches):
+            asked = time.perf_counter()
+            batch = next(host)
+            waited += time.perf_counter() - asked
+            infer(source.to_device(batch)[0])
+        sync()
+    return {"end_to_end_ms_per_batch": (time.perf_counter() - begun) * 1000.0 / batches,
+            "end_to_end_loader_wait_ms_per_batch": waited * 1000.0 / batches}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jpeg", required=True)
@@ -159,24 +180,16 @@ def main() -> None:
                             "prepare_and_model": _timed(prepare_and_model, sync, args.repeat)}
 
     # -- end to end ---------------------------------------------------------------------------------
+    def infer(x: torch.Tensor) -> None:
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            forward(x)
+
     for name, plan in (("jpeg", jpeg), ("video", video)):
         source = TorchInput(plan, device, b, 0, 1, channels_last=True)
-
-        @torch.inference_mode()
-        def step(source=source):
-            x, _ = source.next_batch()
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-                forward(x)
-
-        for _ in range(warm_batches(plan)):
-            step()
-        sync()
-        begun = time.perf_counter()
-        for _ in range(args.batches):
-            step()
-        sync()
-        result[name]["end_to_end_ms_per_batch"] = (time.perf_counter() - begun) * 1000.0 / args.batches
-        source.close()
+        try:
+            result[name].update(end_to_end(source, infer, sync, warm_batches(plan), args.batches))
+        finally:
+            source.close()
     text = json.dumps(result, indent=1)
     if args.out:
         Path(args.out).write_text(text)

@@ -55,6 +55,9 @@ def test_the_frames_section_in_smoke_mode_writes_its_rows_with_the_commit(tmp_pa
     (split,) = sidefile.read(out / "h200_data_split.jsonl")
     assert split["git_sha"] == envinfo.git_sha() and re.fullmatch(r"[0-9a-f]{12}(-dirty)?", split["git_sha"])
     assert split["batch"] == 4 and split["compute_ms"]["model"] > 0 and split["jpeg"]["end_to_end_ms_per_batch"] > 0
+    for source in ("jpeg", "video"):  # the wait for the loader is a part of the end to end, timed in the same loop
+        part = split[source]
+        assert 0 < part["end_to_end_loader_wait_ms_per_batch"] < part["end_to_end_ms_per_batch"]
     assert "frames peer: skipped (the peer is torchvision's ResNet-50 on a GPU" in done.stdout
     assert "frames: 0 failed, 1 skipped" in done.stdout
     assert f"stamped with commit {split['git_sha']} (CNNBENCH_GIT_SHA overrides)" in done.stdout

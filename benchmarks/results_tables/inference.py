@@ -149,7 +149,9 @@ def frames_split(results: Results) -> list[str]:
              ["plain PyTorch loop (`plain_peers/torch_frames.py`, torchvision ResNet-50)",
               number(peer["step_time_ms_median"], 1) if peer else absent, same],
              ["end to end (decode + copy overlapped with compute)", get("jpeg", "end_to_end_ms_per_batch"),
-              get("video", "end_to_end_ms_per_batch")]]
+              get("video", "end_to_end_ms_per_batch")],
+             ["end to end: of which the main thread waited for the loader",
+              get("jpeg", "end_to_end_loader_wait_ms_per_batch"), get("video", "end_to_end_loader_wait_ms_per_batch")]]
     shown = {"h200_data_split.jsonl": [split] if split else [], "h200_data_peer.jsonl": [peer] if peer else []}
     note = (f"Batch {split['batch']} x {split['size']}, {split['precision']}, compiled: {split['compile']}, "
             f"{split['workers']} loader workers. {_loader_window(split)}" if split else "")
