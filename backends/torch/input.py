@@ -149,9 +149,9 @@ class TorchInput:
             _Items(plan, self.gpu_decode), batch_sampler=sampler, num_workers=workers, pin_memory=self.pin,
             collate_fn=_collate_encoded if self.gpu_decode else _collate_arrays, **extra)
 
-    def to_device(self, batch, train: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def to_device(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """One host batch (of :meth:`host_batches`) -> device-ready (images, labels); the copies are queued,
-        not waited for."""
+        not waited for. Train and test batches differ only in the draws they carry (boxes, flips)."""
         from backends.torch.transforms import prepare
 
         images, labels, boxes, flips = batch[:4]
@@ -192,7 +192,7 @@ class TorchInput:
         yield from self.loader  # endless: the sampler runs epoch after epoch
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.to_device(next(self._batches), train=True)
+        return self.to_device(next(self._batches))
 
     def close(self) -> None:
         """Stop the persistent workers (see :func:`backends.torch.common.shut_down_loader`)."""
@@ -206,4 +206,4 @@ class TorchInput:
         if not len(self.eval_items):
             return
         for batch in self._loader(_EvalSampler(self.eval_items, self.eval_batch), persistent=False):
-            yield self.to_device(batch, train=False)
+            yield self.to_device(batch)
