@@ -138,11 +138,12 @@ def serving(results: Results) -> list[str]:
     setting = (f"{stack_key(front)[0]} front ends as the servers above, raw, "
                f"{number(float(front['arrival_rate_rps']))} req/s offered" if front
                else "the servers' default front ends, raw, at saturation")
+    cell = answered_req(front)
+    if ok(front):
+        graphs = engine("torch-graphs")
+        cell += (f" ({float(front['images_per_sec']) / graphs:.2f})" if graphs else "") + offer_limit(front)
     lines.append([f"HTTP stack alone (no model), {setting}: answered req/s (share of the CUDA-graphs engine)",
-                  answered_req(front) + (f" ({float(front['images_per_sec']) / engine('torch-graphs'):.2f})"
-                                         if ok(front) and engine("torch-graphs") else "")
-                  + (offer_limit(front) if ok(front) else ""),
-                  "(the same server)", "(the same server)"])
+                  cell, "(the same server)", "(the same server)"])
     shown = {"h200_serve_pipeline.jsonl": list(pipeline.values()), "h200_serve_http.csv": list(http.values()),
              "h200_stack_http.csv": list(stack.values())}
     return table(["", "torch", "torch, CUDA graphs", "jax"], lines, "lrrr") + ["", provenance(shown)]
