@@ -10,8 +10,13 @@ prints for each: the engine alone (batches launched back to back, two in flight,
 and collected by another) and the batcher fed by
 one submitting thread, by benchmarks/serve_pipeline.py's own functions (as on the GPU).
 
+Each pair is measured at every GIL switch interval of ``--switch-ms`` (sys.setswitchinterval; Python's
+own is 5 ms): how long a thread that wants the GIL waits while another runs Python, which is what `[serve]
+switch_interval_ms` sets in the server's engine process.
+
 Usage: python benchmarks/batcher_gil.py [--device-ms 5] [--max-batch 32] [--launch-ms 0.05 5]
-Prints one JSON line per launch cost.
+                                        [--switch-ms 5 1 0.25 0.1]
+Prints one JSON line per launch cost and switch interval.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import sys
 import time
 
 import numpy as np
@@ -67,17 +73,22 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, default=32)
     parser.add_argument("--launch-ms", type=float, nargs="+", default=[0.05, 2.5, 5.0],
                         help="GIL-held host time per launch (a graph replay ~0.05, eager ResNet-50 ~5)")
+    parser.add_argument("--switch-ms", type=float, nargs="+", default=[5.0],
+                        help="GIL switch intervals to measure each launch cost at (Python's own: 5)")
     args = parser.parse_args()
     made = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     for launch_ms in args.launch_ms:
-        engine = HostBoundEngine(launch_ms, args.device_ms)
-        alone, _ = engine_rate(engine, engine.staging_buffers(3, args.max_batch), args.max_batch)
-        batched = batcher_rate(HostBoundEngine(launch_ms, args.device_ms), args.max_batch, 5.0,
-                               300 * args.max_batch)
-        print(json.dumps({"git_sha": git_sha(), "timestamp_utc": made,
-                          "launch_ms": launch_ms, "device_ms": args.device_ms, "max_batch": args.max_batch,
-                          "engine_img_s": round(alone), "batcher_img_s": round(batched),
-                          "batcher_share": round(batched / alone, 3)}))
+        for switch_ms in args.switch_ms:
+            sys.setswitchinterval(switch_ms / 1000)
+            engine = HostBoundEngine(launch_ms, args.device_ms)
+            alone, _ = engine_rate(engine, engine.staging_buffers(3, args.max_batch), args.max_batch)
+            batched = batcher_rate(HostBoundEngine(launch_ms, args.device_ms), args.max_batch, 5.0,
+                                   300 * args.max_batch)
+            print(json.dumps({"git_sha": git_sha(), "timestamp_utc": made, "launch_ms": launch_ms,
+                              "switch_interval_ms": switch_ms, "device_ms": args.device_ms,
+                              "max_batch": args.max_batch, "engine_img_s": round(alone),
+                              "batcher_img_s": round(batched), "batcher_share": round(batched / alone, 3)}),
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Reference numbers for `cnnbench serve`, without HTTP (the serving sections of `benchmarks/gpu.py`), and the
 summary of `gpu_serve.sh` (``summary OUT_DIR``).
 
-``measure SPEC BACKEND DEVICE OUT.jsonl``: builds the server's own engine (uint8 staging buffers, pinned
+``measure SPEC BACKEND DEVICE OUT.jsonl [SWITCH_MS,...]``: builds the server's own engine (uint8 staging buffers, pinned
 on a GPU; the copy stream or async device_put) and appends one JSON line with
 - ``engine_img_s``: the engine alone at ``max_batch``, two batches in flight, back to back, launched by
   one thread and collected by another as in the batcher (the model's own throughput with uint8 pinned
@@ -13,7 +13,10 @@ on a GPU; the copy stream or async device_put) and appends one JSON line with
   thread can;
 - ``decode_per_s_1`` / ``decode_per_s_workers``: JPEG decode + resize to the model's size of a
   ``SOURCE`` picture (default 500x375, ImageNet's typical size), one thread and ``decode_workers``
-  threads.
+  threads;
+- with ``SWITCH_MS`` (e.g. ``5,1,0.25,0.1``): ``engine_img_s_by_switch_ms`` and ``batcher_img_s_by_switch_ms``,
+  the engine alone and the batcher again at each GIL switch interval (`[serve] switch_interval_ms`), in the
+  same process, one after the other.
 """
 
 from __future__ import annotations
@@ -126,7 +129,21 @@ def _decode_rates(shape: tuple[int, int, int], source: tuple[int, int], workers:
             "jpeg_bytes_mean": float(np.mean([len(b) for b in bodies])), "jpeg_source": f"{source[0]}x{source[1]}"}
 
 
-def measure(spec_path: str, backend: str, device: str, out: str) -> None:
+def by_switch_interval(engine, buffers, serve, switches_ms: list[float]) -> dict[str, dict[str, float]]:
+    """The engine alone and the batcher at each GIL switch interval; Python's own is restored after."""
+    own = sys.getswitchinterval()
+    engines, batchers = {}, {}
+    try:
+        for switch_ms in switches_ms:
+            sys.setswitchinterval(switch_ms / 1000)
+            engines[f"{switch_ms:g}"] = engine_rate(engine, buffers, serve.max_batch)[0]
+            batchers[f"{switch_ms:g}"] = batcher_rate(engine, serve.max_batch, serve.timeout_ms, 200 * serve.max_batch)
+    finally:
+        sys.setswitchinterval(own)
+    return {"engine_img_s_by_switch_ms": engines, "batcher_img_s_by_switch_ms": batchers}
+
+
+def measure(spec_path: str, backend: str, device: str, out: str, switches: str = "") -> None:
     from cnnbench.backend import load as load_backend
     from cnnbench.infer.plan import serve_run
     from cnnbench.spec import load_spec
@@ -154,6 +171,8 @@ def measure(spec_path: str, backend: str, device: str, out: str) -> None:
               "pad_multiple": serve.pad_multiple, "timeout_ms": serve.timeout_ms,
               "small_batch_ms": one_batch_ms(engine, min(serve.pad_multiple, serve.max_batch)),
               "batcher_img_s": batcher_rate(engine, serve.max_batch, serve.timeout_ms, 200 * serve.max_batch)}
+    if switches:
+        result.update(by_switch_interval(engine, buffers, serve, [float(ms) for ms in switches.split(",")]))
     source = tuple(int(n) for n in os.environ.get("SOURCE", "500x375").split("x"))
     result.update(_decode_rates(engine.image_shape, source, serve.decode_workers))
     with open(out, "a") as f:
@@ -208,7 +227,7 @@ def summary(folder: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["measure"]:
-        measure(*sys.argv[2:6])
+        measure(*sys.argv[2:7])
     elif sys.argv[1:2] == ["summary"]:
         summary(sys.argv[2])
     else:

@@ -39,6 +39,7 @@ TABLES: dict[str, Callable[[Results], list[str]]] = {
     "serving-sweep": serving.sweep,
     "serving-frames": serving.frames,
     "serving-peers": serving.peers,
+    "serving-gil": serving.gil,
     "model-parallel": training.model_parallel,
     "microbatches": training.microbatches,
     "real-input": data.real_input,

@@ -45,6 +45,8 @@ def serve(
         help="JPEG/PNG bodies whose header says more pixels are refused before decoding.")] = None,
     listen: Annotated[Optional[str], typer.Option(
         help="With front ends: reuseport (a socket each) or shared (one socket).")] = None,
+    switch_interval_ms: Annotated[Optional[float], typer.Option(help=(
+        "GIL switch interval of the process running the engine, ms; 0: Python's own (5 ms)."))] = None,
 ) -> None:
     """Serve the spec's model over HTTP: POST /v1/infer, the Open Inference Protocol under /v2, GET /healthz,
     /metrics, /v1/info (SIGTERM drains)."""
@@ -56,7 +58,8 @@ def serve(
     overrides = {"host": host, "port": port, "max_batch": max_batch, "deadline_ms": deadline_ms,
                  "max_queue": max_queue, "max_body_bytes": max_body_bytes, "decode_workers": decode_workers,
                  "copy_threads": copy_threads, "batching": batching, "top_k": top_k, "http": http,
-                 "frontends": frontends, "max_pixels": max_pixels, "listen": listen}
+                 "frontends": frontends, "max_pixels": max_pixels, "listen": listen,
+                 "switch_interval_ms": switch_interval_ms}
     code = serve_spec(load_spec(spec), backend, device, overrides)
     leave(code)  # the server has stopped; no framework's exit handler may hold the process (see leave)
 

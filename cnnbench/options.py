@@ -184,6 +184,11 @@ class ServeSpec:
     body_timeout_s: float = _f(30.0, "serve: a body must be complete this long after its head (408).", min=0.001)
     max_header_bytes: int = _f(32 * 1024, "serve: request line and headers at most; past it 431.", min=1)
     max_connections: int = _f(1024, "serve: open connections per front end at most; past it 503.", min=1)
+    switch_interval_ms: float = _f(0.0, "serve: the GIL switch interval of the process that runs the engine "
+                                        "(sys.setswitchinterval), ms; 0: Python's own (5 ms). An engine that "
+                                        "launches from Python (eager PyTorch) shares the GIL with the batcher's "
+                                        "threads; a shorter interval hands it over sooner "
+                                        "(benchmarks/batcher_gil.py).", min=0.0, max=100.0)
 
 
 @dataclass(frozen=True)

@@ -340,3 +340,29 @@ def test_the_no_model_server_with_front_ends_is_its_own_row_against_the_cuda_gra
         {**row("frontends=7;listen=reuseport;http=httptools_impl", 13990.0), "timestamp_utc": "2026-12-09T04:00:00"}])
     front = next(x for x in serving.serving(Results(tmp_path)) if x.startswith("| HTTP stack alone (no model), 7"))
     assert front.split("|")[2].strip() == "13,990 (1.40); all answered: the offer was the limit, not the server"
+
+
+def test_each_switch_interval_is_its_own_row_against_the_engine_at_that_interval(tmp_path):
+    from results_tables import serving
+    from results_tables.rows import Results
+
+    def row(options: str, answered: float) -> dict:
+        return {"backend": "torch", "backend_options": options, "variant": "dynamic", "request_input": "raw",
+                "arrival_rate_rps": 14000, "images_per_sec": answered, "status": "ok",
+                "device_name": "NVIDIA H100 80GB HBM3", "timestamp_utc": "2026-12-08T04:00:00+00:00"}
+
+    (tmp_path / "h200_serve_gil.jsonl").write_text(json.dumps(
+        {"backend": "torch", "cuda_graphs": False, "engine_img_s": 5000.0, "batcher_img_s": 3000.0,
+         "engine_img_s_by_switch_ms": {"5": 5000.0, "0.25": 4000.0},
+         "batcher_img_s_by_switch_ms": {"5": 2500.0, "0.25": 3600.0},
+         "timestamp_utc": "2026-12-08T04:00:00+00:00"}) + "\n")
+    store.append_rows(tmp_path / "h200_serve_gil_http.csv", [
+        row("frontends=7;listen=reuseport;switch_interval_ms=5;http=httptools_impl", 3000.0),
+        row("frontends=7;listen=reuseport;switch_interval_ms=0.25;http=httptools_impl", 3800.0)])
+    lines = serving.gil(Results(tmp_path))
+    cells = {tuple(c.strip() for c in x.split("|")[1:3]): [c.strip() for c in x.split("|")[3:6]]
+             for x in lines if x.startswith("| torch |")}
+    assert cells[("torch", "5 ms (Python's own)")] == ["5,000", "2,500 (0.50)", "3,000 of 14,000 (0.60)"]
+    assert cells[("torch", "0.25 ms")] == ["4,000", "3,600 (0.90)", "3,800 of 14,000 (0.95)"]
+    jax = next(x for x in lines if x.startswith("| jax | 5 ms"))
+    assert jax.count("not measured yet: `benchmarks/gpu.py serving-gil`") == 3

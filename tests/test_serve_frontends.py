@@ -48,7 +48,8 @@ def assert_ring_removed(server: Server) -> None:
 
 
 def test_every_answer_is_right_across_front_ends_and_requests_share_batches():
-    server = frontend_server(compute_ms=20, frontends=2)
+    # the engine process, and only it, takes the GIL switch interval of the config (it says so itself)
+    server = frontend_server(compute_ms=20, frontends=2, env={"NUMPY_ENGINE_SERVE": '{"switch_interval_ms": 0.25}'})
     try:
         assert segment_names(server.process.pid)  # the ring exists while it serves
         assert len(frontend_pids(server.base)) == 2
@@ -61,10 +62,13 @@ def test_every_answer_is_right_across_front_ends_and_requests_share_batches():
         assert _metric(server.base, 'cnnbench_requests_total{status="200"}') == 48
         info = httpx.get(server.base + "/v1/info").json()
         assert "frontends=2" in info["row"]["backend_options"]
+        assert "switch_interval_ms=0.25" in info["row"]["backend_options"]
         assert info["row"]["device_name"] == "numpy"  # the engine's card, read from the ring: rows name it
     finally:
         assert server.stop() == 0
     assert_ring_removed(server)
+    said = re.findall(r"cnnbench serve: (.*): GIL switch interval (.*) ms", server.process.stdout.read())
+    assert said == [("engine process", "0.25")], said
 
 
 def test_sigterm_answers_everything_in_progress_then_exits_0_and_removes_the_ring():

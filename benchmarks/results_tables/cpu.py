@@ -21,15 +21,26 @@ def mixed_orientation(results: Results) -> list[str]:
 
 
 def batcher_gil(results: Results) -> list[str]:
-    """The pipelined batcher against engines that differ only in GIL-held launch time."""
-    rows = results.jsonl("cpu_batcher_gil.jsonl")
-    lines = []
+    """The pipelined batcher against engines that differ only in GIL-held launch time, at each GIL switch
+    interval of the newest invocation (rows from before ``--switch-ms`` ran at Python's own 5 ms)."""
+    every = results.jsonl("cpu_batcher_gil.jsonl")
+    newest = max((r["timestamp_utc"] for r in every), default="")
+    rows = [r for r in every if r["timestamp_utc"] == newest]
+    switches = sorted({r.get("switch_interval_ms", 5.0) for r in rows}, reverse=True)
+    by_launch: dict[float, dict[float, dict]] = {}
     for r in rows:
-        note = " (launch = device time: host-bound)" if r["launch_ms"] >= r["device_ms"] else ""
-        lines.append([f"{r['launch_ms']:g} ms{note}", number(r["engine_img_s"]), number(r["batcher_img_s"]),
-                      f"{r['batcher_share']:.3f}"])
-    header = ["GIL-held launch per batch", "engine alone img/s", "batcher img/s", "batcher / engine"]
-    return table(header, lines or _absent("batcher_gil.py", 4), "rrrr") + (
+        by_launch.setdefault(r["launch_ms"], {})[r.get("switch_interval_ms", 5.0)] = r
+    lines = []
+    for launch_ms, found in sorted(by_launch.items()):
+        first = found[switches[0]] if switches[0] in found else next(iter(found.values()))
+        note = " (launch = device time: host-bound)" if launch_ms >= first["device_ms"] else ""
+        shares = [f"{found[s]['batcher_share']:.3f}" if s in found else "" for s in switches]
+        lines.append([f"{launch_ms:g} ms{note}", number(first["engine_img_s"]), *shares])
+    header = ["GIL-held launch per batch", f"engine alone img/s (switch {switches[0]:g} ms)" if switches else
+              "engine alone img/s", *[f"batcher / engine, switch {s:g} ms" + (" (Python's own)" if s == 5 else "")
+                                      for s in switches]]
+    columns = len(header)
+    return table(header, lines or _absent("batcher_gil.py", columns), "r" * columns) + (
         ["", provenance({"cpu_batcher_gil.jsonl": rows})] if rows else [])
 
 

@@ -361,3 +361,43 @@ def peers(results: Results) -> list[str]:
     title = "PyTorch eager, ResNet-50 bf16" + (f", {' and '.join(cards)}" if cards else "")
     return table([title, "raw 224x224: answered img/s (of the engine), p50 / p99 ms",
                   "JPEG 500x375: answered img/s, p50 / p99 ms"], lines, "lrr") + ["", provenance(shown)]
+
+
+GIL_ABSENT = missing("serving-gil")
+
+
+def gil(results: Results) -> list[str]:
+    """The engine process's GIL switch interval (`benchmarks/gpu.py serving-gil`, one invocation): per engine
+    and interval, the engine alone, the in-process batcher and `cnnbench serve` raw at saturation."""
+    pipeline = newest(results.jsonl("h200_serve_gil.jsonl"),
+                      lambda r: _config(r["backend"], "cuda_graphs=True" if r.get("cuda_graphs") else ""))
+    http = newest(results.csv("h200_serve_gil_http.csv"),
+                  lambda r: (_config(r["backend"], r["backend_options"]),
+                             float(_option(r["backend_options"], "switch_interval_ms") or 5)))
+    switches = sorted({float(ms) for p in pipeline.values() for ms in p.get("batcher_img_s_by_switch_ms", {})},
+                      reverse=True)
+    lines = []
+    for config in CONFIGS:
+        found = pipeline.get(config)
+        for switch_ms in switches or [5.0]:
+            key = f"{switch_ms:g}"
+            engine = (found or {}).get("engine_img_s_by_switch_ms", {}).get(key)
+            batched = (found or {}).get("batcher_img_s_by_switch_ms", {}).get(key)
+            row = http.get((config, switch_ms))
+            if config == "torch-graphs":
+                served = "not run: a launch is one graph replay"
+            elif row is None:
+                served = GIL_ABSENT
+            elif not ok(row):
+                served = failed_cell(row)
+            else:
+                base = f" ({float(row['images_per_sec']) / engine:.2f})" if engine else ""
+                served = f"{number(float(row['images_per_sec']))} of {number(float(row['arrival_rate_rps']))}{base}"
+            lines.append([config, f"{key} ms" + (" (Python's own)" if switch_ms == 5 else ""),
+                          number(engine) if engine else GIL_ABSENT,
+                          f"{number(batched)} ({batched / engine:.2f})" if engine and batched else GIL_ABSENT,
+                          served])
+    header = ["engine", "GIL switch interval", "engine alone, img/s", "in-process batcher, img/s (of the engine)",
+              "HTTP raw at saturation: answered of offered req/s (of the engine)"]
+    shown = {"h200_serve_gil.jsonl": list(pipeline.values()), "h200_serve_gil_http.csv": list(http.values())}
+    return table(header, lines, "llrrr") + ["", provenance(shown)]

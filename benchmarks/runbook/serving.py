@@ -106,3 +106,32 @@ def serving(ctx: Context) -> None:
                 else:
                     load(ctx, port, "h200_serve_http.csv", plan.plain_high, "raw", plan)
 
+
+GIL_SWITCHES_MS = (5.0, 1.0, 0.25, 0.1)  # 5: Python's own
+
+
+def serving_gil(ctx: Context) -> None:
+    """The GIL switch interval of the engine process (`[serve] switch_interval_ms`) in one invocation: the
+    engine alone and the in-process batcher at each interval for the three engines, then `cnnbench serve`
+    with its default front ends raw at saturation at each interval for the engines that launch from Python
+    (eager PyTorch, JAX; a CUDA-graph launch is one replay, which the in-process rows show)."""
+    plan = SMOKE_LOAD if ctx.smoke else GPU_LOAD
+    port = free_port()
+    device = "cpu" if ctx.smoke else "gpu"
+    spec = ctx.spec(SERVE_SPEC, "resnet50_serve", {}, SMOKE_SERVE)
+    graphs = ctx.spec(SERVE_SPEC, "resnet50_serve_graphs", {"torch.serve_cuda_graphs": True}, SMOKE_SERVE)
+    switches = ",".join(f"{ms:g}" for ms in GIL_SWITCHES_MS)
+    for config, backend, this_spec in (("torch", "torch", spec), ("torch-graphs", "torch", graphs),
+                                       ("jax", "jax", spec)):
+        produced = ctx.scratch(f"gil_{config}.jsonl")
+        ctx.run(f"{config} engine and batcher at switch intervals {switches} ms",
+                [ctx.python, "benchmarks/serve_pipeline.py", "measure", this_spec, backend, device, produced, switches],
+                150)
+        ctx.keep(produced, "h200_serve_gil.jsonl")
+        if config == "torch-graphs":
+            continue
+        for switch_ms in GIL_SWITCHES_MS:
+            with server(ctx, f"{config} switch {switch_ms:g} ms",
+                        [ctx.python, "-m", "cnnbench.cli", "serve", this_spec, "-b", backend, "--device", device,
+                         "--port", port, "--switch-interval-ms", switch_ms]):
+                load(ctx, port, "h200_serve_gil_http.csv", plan.high, "raw", plan)

@@ -12,7 +12,7 @@ from typing import Any
 from cnnbench.backend import load as load_backend
 from cnnbench.errors import UserError
 from cnnbench.infer.batcher import copy_threads_for
-from cnnbench.serve.config import ServeConfig, default_frontends
+from cnnbench.serve.config import ServeConfig, apply_switch_interval, default_frontends
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,8 @@ def serve(config: ServeConfig, recipe: EngineRecipe, info: dict[str, Any]) -> in
     serving = f"frontends={config.frontends}" + (f";listen={config.listen}" if config.frontends else "")
     if config.copy_threads > 1:  # named only where a large image is copied by several threads
         serving += f";copy_threads={config.copy_threads}"
+    if config.switch_interval_ms:  # named only where it differs from Python's own
+        serving += f";switch_interval_ms={config.switch_interval_ms:g}"
     info["row"]["backend_options"] = ";".join(filter(None, [info["row"].get("backend_options"), serving]))
     if config.frontends:
         from cnnbench.serve.frontends import Supervisor
@@ -69,6 +71,7 @@ def serve(config: ServeConfig, recipe: EngineRecipe, info: dict[str, Any]) -> in
     from cnnbench.serve.app import run_server
     from cnnbench.serve.service import InferenceService
 
+    apply_switch_interval(config, "server process")  # it runs the engine and its batcher
     service = InferenceService(config, recipe.build, info, wrap_engine=faults.install_on_engine)
     return run_server(service, stop_signals=(signal.SIGINT, signal.SIGTERM))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 from cnnbench.errors import UserError
@@ -48,6 +49,7 @@ class ServeConfig:
     max_connections: int = 1024  # per front end; past it new connections get 503
     max_pixels: int = 36_000_000  # encoded images larger than this (from their header) are refused
     pixel_limit_status: int = 413
+    switch_interval_ms: float = 0.0  # the engine process's GIL switch interval; 0: Python's own (5 ms)
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_queue", "max_body_bytes", "decode_workers", "pad_multiple", "top_k",
@@ -61,6 +63,9 @@ class ServeConfig:
         for name in ("deadline_ms", "header_timeout_s", "body_timeout_s"):
             if getattr(self, name) < 0 or (name != "deadline_ms" and getattr(self, name) == 0):
                 raise UserError(f"serve: {name} must be > 0, found {getattr(self, name)}")
+        if not 0 <= self.switch_interval_ms <= 100:
+            raise UserError(f"serve: switch_interval_ms must be 0..100 (0: Python's own), found "
+                            f"{self.switch_interval_ms}")
         if not 0 <= self.frontends <= MAX_FRONTENDS:
             raise UserError(f"serve: frontends must be 0..{MAX_FRONTENDS}, found {self.frontends}")
         choices = {"http": HTTP_PARSERS, "batching": BATCHING_MODES, "listen": LISTEN_MODES,
@@ -79,3 +84,15 @@ class ServeConfig:
         batches in flight; past it the front end answers 503 itself."""
         share = -(-(self.max_queue + 3 * self.max_batch) // max(self.frontends, 1))
         return max(share, self.max_batch)
+
+
+def apply_switch_interval(config: ServeConfig, role: str) -> None:
+    """Set this process's GIL switch interval from ``config`` (0 leaves Python's own) and say so on stderr,
+    naming the process's ``role`` (the one that runs the engine and its batcher). A thread that wants the GIL
+    while another runs Python waits up to one interval for it: with an engine that launches from Python
+    (eager PyTorch, milliseconds of Python per batch) the thread receiving requests waits that long at each
+    hand-over and batches fill late (benchmarks/batcher_gil.py reproduces it on a CPU)."""
+    if config.switch_interval_ms:
+        sys.setswitchinterval(config.switch_interval_ms / 1000)
+        print(f"cnnbench serve: {role}: GIL switch interval {sys.getswitchinterval() * 1000:g} ms", file=sys.stderr,
+              flush=True)

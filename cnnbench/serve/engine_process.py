@@ -30,7 +30,7 @@ from typing import Any
 
 from cnnbench.infer.batcher import Closed, PipelinedBatcher, QueueFull
 from cnnbench.process_exit import leave
-from cnnbench.serve.config import ServeConfig
+from cnnbench.serve.config import ServeConfig, apply_switch_interval
 from cnnbench.serve.ring import FAILED, READY, STOPPED, Ring, RingLayout, die_with_parent
 
 STOP_SIGNAL = signal.SIGUSR1
@@ -126,6 +126,7 @@ def engine_main(recipe: Any, layout: RingLayout, address: str, config: ServeConf
     signal.signal(STOP_SIGNAL, lambda *_: stop.set())
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)  # a stop that came while starting fires now
     die_with_parent(STOP_SIGNAL)
+    apply_switch_interval(config, "engine process")
     ring = Ring.attach(layout)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(address)
