@@ -149,7 +149,7 @@ SECTIONS: dict[str, Section] = {s.name: s for s in (
                               "tests/numpy_serve_engine.py"),
             (Output("h200_serve_http.csv"), Output("h200_stack_http.csv"), Output("h200_serve_pipeline.jsonl")),
             needs=("starlette", "uvicorn", "httptools")),
-    Section("serving-gil", 6, "the engine process's GIL switch interval (5, 1, 0.25, 0.1 ms): engine and "
+    Section("serving-gil", 6, "the engine process's GIL switch interval (5, 1, 0.1 ms): engine and "
             "in-process batcher for torch eager, CUDA graphs and jax, then cnnbench serve raw at saturation for "
             "eager and jax", serving.serving_gil,
             (*CORE, *INFER, TORCH_DIR, JAX_DIR, "cnnbench/serve", "experiments/resnet50_serve.toml",
