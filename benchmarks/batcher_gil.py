@@ -14,9 +14,15 @@ Each pair is measured at every GIL switch interval of ``--switch-ms`` (sys.setsw
 own is 5 ms): how long a thread that wants the GIL waits while another runs Python, which is what `[serve]
 switch_interval_ms` sets in the server's engine process.
 
+Two kinds of launch (``--launch-kind``): ``busy``, a loop of Python that holds the GIL throughout, and
+``torch``, the same time spent in eager PyTorch operator calls on a tiny CPU tensor, each of which lets go
+of the GIL inside the operator and takes it back after, as an eager forward's kernel launches do. The
+number of calls is fixed per launch cost before any interval is measured, so every interval runs the
+same work.
+
 Usage: python benchmarks/batcher_gil.py [--device-ms 5] [--max-batch 32] [--launch-ms 0.05 5]
-                                        [--switch-ms 5 1 0.25 0.1]
-Prints one JSON line per launch cost and switch interval.
+                                        [--switch-ms 5 1 0.25 0.1] [--launch-kind busy torch]
+Prints one JSON line per launch kind, launch cost and switch interval.
 """
 
 from __future__ import annotations
@@ -67,6 +73,50 @@ class HostBoundEngine:
         return "host-bound model"
 
 
+class OperatorCallEngine(HostBoundEngine):
+    """The launch is ``calls`` eager PyTorch operator calls on an 8-element CPU tensor (about ``launch_ms``
+    in all): each call releases the GIL for its kernel and takes it back, unlike the busy loop."""
+
+    def __init__(self, launch_ms: float, device_ms: float, calls: int) -> None:
+        import torch
+
+        super().__init__(launch_ms, device_ms)
+        self.calls, self.tensor = calls, torch.ones(8)
+
+    @staticmethod
+    def calls_for(launch_ms: float) -> int:
+        """Operator calls that take ``launch_ms`` here: the median of five timed runs, measured once."""
+        import torch
+
+        torch.set_num_threads(1)  # an 8-element op needs no intra-op pool; its threads would take the cores
+        tensor, runs = torch.ones(8), []
+        for _ in range(5):
+            begun = time.perf_counter()
+            for _ in range(500):
+                tensor = torch.relu(tensor * 1.0 + 0.0)
+            runs.append((time.perf_counter() - begun) / 1500)  # three operator calls per loop
+        return max(1, round(launch_ms / 1000 / float(np.median(runs))))
+
+    def launch(self, index: int, valid: int):
+        tensor = self.tensor
+        for _ in range(self.calls // 3):
+            tensor = torch_step(tensor)
+        self.free_at = max(self.free_at, time.perf_counter()) + self.device_s
+        return self.free_at, valid
+
+
+def torch_step(tensor):
+    """Three operator calls, as a conv-bn-relu block launches three kernels."""
+    import torch
+
+    return torch.relu(tensor * 1.0 + 0.0)
+
+
+def engine_for(kind: str, launch_ms: float, device_ms: float, calls: int) -> HostBoundEngine:
+    return OperatorCallEngine(launch_ms, device_ms, calls) if kind == "torch" else HostBoundEngine(launch_ms,
+                                                                                                     device_ms)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device-ms", type=float, default=5.0, help="device time per batch")
@@ -75,20 +125,27 @@ def main() -> None:
                         help="GIL-held host time per launch (a graph replay ~0.05, eager ResNet-50 ~5)")
     parser.add_argument("--switch-ms", type=float, nargs="+", default=[5.0],
                         help="GIL switch intervals to measure each launch cost at (Python's own: 5)")
+    parser.add_argument("--launch-kind", nargs="+", choices=("busy", "torch"), default=["busy"],
+                        help="busy: Python holding the GIL; torch: eager PyTorch operator calls")
     args = parser.parse_args()
     made = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    for launch_ms in args.launch_ms:
-        for switch_ms in args.switch_ms:
-            sys.setswitchinterval(switch_ms / 1000)
-            engine = HostBoundEngine(launch_ms, args.device_ms)
-            alone, _ = engine_rate(engine, engine.staging_buffers(3, args.max_batch), args.max_batch)
-            batched = batcher_rate(HostBoundEngine(launch_ms, args.device_ms), args.max_batch, 5.0,
-                                   300 * args.max_batch)
-            print(json.dumps({"git_sha": git_sha(), "timestamp_utc": made, "launch_ms": launch_ms,
-                              "switch_interval_ms": switch_ms, "device_ms": args.device_ms,
-                              "max_batch": args.max_batch, "engine_img_s": round(alone),
-                              "batcher_img_s": round(batched), "batcher_share": round(batched / alone, 3)}),
-                  flush=True)
+    own = sys.getswitchinterval()
+    for kind in args.launch_kind:
+        for launch_ms in args.launch_ms:
+            calls = OperatorCallEngine.calls_for(launch_ms) if kind == "torch" else 0
+            for switch_ms in args.switch_ms:
+                sys.setswitchinterval(switch_ms / 1000)
+                engine = engine_for(kind, launch_ms, args.device_ms, calls)
+                alone, _ = engine_rate(engine, engine.staging_buffers(3, args.max_batch), args.max_batch)
+                batched = batcher_rate(engine_for(kind, launch_ms, args.device_ms, calls), args.max_batch, 5.0,
+                                       300 * args.max_batch)
+                sys.setswitchinterval(own)
+                print(json.dumps({"git_sha": git_sha(), "timestamp_utc": made, "launch_kind": kind,
+                                  "launch_ms": launch_ms, "operator_calls": calls or None,
+                                  "switch_interval_ms": switch_ms, "device_ms": args.device_ms,
+                                  "max_batch": args.max_batch, "engine_img_s": round(alone),
+                                  "batcher_img_s": round(batched), "batcher_share": round(batched / alone, 3)}),
+                      flush=True)
 
 
 if __name__ == "__main__":

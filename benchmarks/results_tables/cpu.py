@@ -20,27 +20,31 @@ def mixed_orientation(results: Results) -> list[str]:
     return table(header, lines or _absent("mixed_orientation.py", 5), "ll" + "r" * 3)
 
 
+LAUNCH_KINDS = {"busy": "Python loop (holds the GIL)", "torch": "PyTorch operator calls (each lets go of the GIL)"}
+
+
 def batcher_gil(results: Results) -> list[str]:
-    """The pipelined batcher against engines that differ only in GIL-held launch time, at each GIL switch
-    interval of the newest invocation (rows from before ``--switch-ms`` ran at Python's own 5 ms)."""
+    """The pipelined batcher against engines that differ only in their launch (how long, and whether it holds
+    the GIL throughout or lets go of it in each operator call), at each GIL switch interval of the newest
+    invocation (rows from before ``--switch-ms`` ran at Python's own 5 ms, with busy launches)."""
     every = results.jsonl("cpu_batcher_gil.jsonl")
     newest = max((r["timestamp_utc"] for r in every), default="")
     rows = [r for r in every if r["timestamp_utc"] == newest]
     switches = sorted({r.get("switch_interval_ms", 5.0) for r in rows}, reverse=True)
-    by_launch: dict[float, dict[float, dict]] = {}
+    found: dict[tuple[str, float], dict[float, dict]] = {}
     for r in rows:
-        by_launch.setdefault(r["launch_ms"], {})[r.get("switch_interval_ms", 5.0)] = r
+        found.setdefault((r.get("launch_kind", "busy"), r["launch_ms"]), {})[r.get("switch_interval_ms", 5.0)] = r
     lines = []
-    for launch_ms, found in sorted(by_launch.items()):
-        first = found[switches[0]] if switches[0] in found else next(iter(found.values()))
+    for (kind, launch_ms), by_switch in sorted(found.items()):
+        first = by_switch[switches[0]] if switches[0] in by_switch else next(iter(by_switch.values()))
         note = " (launch = device time: host-bound)" if launch_ms >= first["device_ms"] else ""
-        shares = [f"{found[s]['batcher_share']:.3f}" if s in found else "" for s in switches]
-        lines.append([f"{launch_ms:g} ms{note}", number(first["engine_img_s"]), *shares])
-    header = ["GIL-held launch per batch", f"engine alone img/s (switch {switches[0]:g} ms)" if switches else
+        shares = [f"{by_switch[s]['batcher_share']:.3f}" if s in by_switch else "" for s in switches]
+        lines.append([LAUNCH_KINDS.get(kind, kind), f"{launch_ms:g} ms{note}", number(first["engine_img_s"]), *shares])
+    header = ["launch", "host time per launch", f"engine alone img/s (switch {switches[0]:g} ms)" if switches else
               "engine alone img/s", *[f"batcher / engine, switch {s:g} ms" + (" (Python's own)" if s == 5 else "")
                                       for s in switches]]
     columns = len(header)
-    return table(header, lines or _absent("batcher_gil.py", columns), "r" * columns) + (
+    return table(header, lines or _absent("batcher_gil.py", columns), "ll" + "r" * (columns - 2)) + (
         ["", provenance({"cpu_batcher_gil.jsonl": rows})] if rows else [])
 
 
