@@ -1,11 +1,12 @@
-"""Why the in-process batcher reached 64% of its engine on the H200, reproduced without a GPU.
+"""How much of the in-process batcher's loss against a host-bound engine the GIL explains, without a GPU.
 
 The pipelined batcher (cnnbench.infer.batcher) runs three kinds of thread in one Python process: the
 callers that copy requests into staging slots, a launcher and a completer. A device engine costs the
 launcher host time per batch; what matters is how much of it holds the GIL. An eager PyTorch
-ResNet-50 forward is ~160 module calls of Python (milliseconds per batch, GIL held); a CUDA graph
-replay is one call (microseconds). This script gives the batcher engines that cost the same device
-time per batch (a sleep, GIL released, as a GPU computing) and differ only in GIL-held launch time, and
+ResNet-50 forward is ~160 module calls of Python (milliseconds per batch); a CUDA graph replay is one
+call (microseconds). This script gives the batcher engines that cost the same device time per batch (a
+sleep, GIL released, as a GPU computing) and differ only in their launch (its host time, and whether it
+holds the GIL throughout or lets go of it in each operator call), and
 prints for each: the engine alone (batches launched back to back, two in flight, launched by one thread
 and collected by another) and the batcher fed by
 one submitting thread, by benchmarks/serve_pipeline.py's own functions (as on the GPU).
