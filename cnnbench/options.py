@@ -93,7 +93,8 @@ class TorchOptions:
     serve_cuda_graphs: bool = _f(False, "`cnnbench serve` on a GPU: each padded batch shape's forward is captured "
                                         "once in a CUDA graph and replayed per batch (microseconds of host work "
                                         "instead of the eager forward's milliseconds of Python, which the server's "
-                                        "threads wait for under the GIL). Off until measured on a GPU.")
+                                        "threads wait for under the GIL). Opt-in: every shape is captured at warm-up; "
+                                        "measured in docs/results.md.")
 
 
 @dataclass(frozen=True)
