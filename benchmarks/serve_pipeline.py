@@ -14,6 +14,10 @@ on a GPU; the copy stream or async device_put) and appends one JSON line with
 - ``decode_per_s_1`` / ``decode_per_s_workers``: JPEG decode + resize to the model's size of a
   ``SOURCE`` picture (default 500x375, ImageNet's typical size), one thread and ``decode_workers``
   threads;
+- ``engine_launch_ms``: the host time of one launch with the engine alone, and ``batcher_launcher``: where the
+  batcher's launcher thread spent the batcher's timed window (``batcher_launch_ms``, the host time of one
+  launch there, and the shares of the window it sat idle: no request, a batch filling, the device full);
+  a launch slower under the batcher than alone is slowed by the batcher's other threads;
 - with ``SWITCH_MS`` (e.g. ``5,1,0.25,0.1``): ``engine_img_s_by_switch_ms`` and ``batcher_img_s_by_switch_ms``,
   the engine alone and the batcher again at each GIL switch interval (`[serve] switch_interval_ms`), in the
   same process, one after the other.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import dataclasses
 import json
 import os
 import queue
@@ -53,9 +58,19 @@ def engine_rate(engine, buffers, max_batch: int, windows: int = 5, steps: int = 
     return float(np.median(rates)), float(np.median(alone))
 
 
-def _window_rate(engine, buffers, max_batch: int, steps: int, in_flight: int) -> float:
+def launch_ms(engine, buffers, max_batch: int, steps: int = 40, in_flight: int = 2) -> float:
+    """Mean host time of one ``engine.launch`` (ms) with batches launched back to back as in engine_rate:
+    for an eager engine its Python, the figure to hold the batcher's launches against."""
+    spent: list[float] = []
+    _window_rate(engine, buffers, max_batch, steps, in_flight, spent)
+    return 1000 * float(np.mean(spent))
+
+
+def _window_rate(engine, buffers, max_batch: int, steps: int, in_flight: int,
+                 launch_s: list[float] | None = None) -> float:
     """Images/s of STEPS batches: this thread launches while fewer than IN_FLIGHT are out, another collects.
-    A buffer is launched again only after the batch that used it was collected (len(buffers) > in_flight)."""
+    A buffer is launched again only after the batch that used it was collected (len(buffers) > in_flight).
+    LAUNCH_S, if given, gets each launch's host time."""
     slots, launched = threading.Semaphore(in_flight), queue.SimpleQueue()
 
     def complete() -> None:
@@ -68,7 +83,10 @@ def _window_rate(engine, buffers, max_batch: int, steps: int, in_flight: int) ->
     completer.start()
     for step in range(steps):
         slots.acquire()
+        launch_begun = time.perf_counter()
         launched.put(engine.launch(step % len(buffers), max_batch))
+        if launch_s is not None:
+            launch_s.append(time.perf_counter() - launch_begun)
     completer.join()
     return steps * max_batch / (time.perf_counter() - begun)
 
@@ -84,8 +102,11 @@ def one_batch_ms(engine, size: int, repeats: int = 50) -> float:
     return float(np.median(times))
 
 
-def batcher_rate(engine, max_batch: int, deadline_ms: float, count: int) -> float:
-    """Images/s through the pipelined batcher, submitted one by one from one thread."""
+def batcher_rate(engine, max_batch: int, deadline_ms: float, count: int, launcher: dict | None = None) -> float:
+    """Images/s through the pipelined batcher, submitted one by one from one thread. LAUNCHER, if given, gets
+    where the batcher's launcher thread spent the timed window: ``batcher_launch_ms`` (mean host time of a
+    launch) and the shares of the window it sat idle with no request (``idle_no_request``), while a batch
+    filled (``idle_filling``) and with a batch ready but the device full (``idle_device_full``)."""
     from cnnbench.infer.batcher import PipelinedBatcher, QueueFull, batch_shapes
 
     batcher = PipelinedBatcher(engine, max_batch, deadline_ms, max_queue=4 * max_batch)
@@ -94,6 +115,7 @@ def batcher_rate(engine, max_batch: int, deadline_ms: float, count: int) -> floa
         for future in [batcher.submit(image) for _ in range(size)]:
             future.result()
     futures: collections.deque = collections.deque()
+    before = dataclasses.replace(batcher.launcher_times)
     begun = time.perf_counter()
     sent = 0
     while sent < count:
@@ -104,9 +126,16 @@ def batcher_rate(engine, max_batch: int, deadline_ms: float, count: int) -> floa
             futures.popleft().result()
     for future in futures:
         future.result()
-    rate = count / (time.perf_counter() - begun)
+    seconds = time.perf_counter() - begun
+    after = batcher.launcher_times
     batcher.close()
-    return rate
+    if launcher is not None:
+        launches = max(after.launches - before.launches, 1)
+        launcher.update({"batcher_launch_ms": 1000 * (after.launching_s - before.launching_s) / launches,
+                         "idle_no_request": (after.no_request_s - before.no_request_s) / seconds,
+                         "idle_filling": (after.filling_s - before.filling_s) / seconds,
+                         "idle_device_full": (after.device_full_s - before.device_full_s) / seconds})
+    return count / seconds
 
 
 def _decode_rates(shape: tuple[int, int, int], source: tuple[int, int], workers: int) -> dict[str, float]:
@@ -170,7 +199,11 @@ def measure(spec_path: str, backend: str, device: str, out: str, switches: str =
               "device_name": engine.device_name(), "engine_img_s": engine_img_s, "batch_ms": batch_ms,
               "pad_multiple": serve.pad_multiple, "timeout_ms": serve.timeout_ms,
               "small_batch_ms": one_batch_ms(engine, min(serve.pad_multiple, serve.max_batch)),
-              "batcher_img_s": batcher_rate(engine, serve.max_batch, serve.timeout_ms, 200 * serve.max_batch)}
+              "engine_launch_ms": launch_ms(engine, buffers, serve.max_batch)}
+    launcher: dict[str, float] = {}
+    result["batcher_img_s"] = batcher_rate(engine, serve.max_batch, serve.timeout_ms, 200 * serve.max_batch,
+                                           launcher)
+    result["batcher_launcher"] = launcher
     if switches:
         result.update(by_switch_interval(engine, buffers, serve, [float(ms) for ms in switches.split(",")]))
     source = tuple(int(n) for n in os.environ.get("SOURCE", "500x375").split("x"))

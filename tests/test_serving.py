@@ -269,3 +269,32 @@ def test_the_engine_alone_is_measured_as_the_batcher_drives_it_so_it_is_the_batc
     assert batch_ms >= 8.0
     assert alone > 1.5 * 32 / 8.0 * 1000  # above the one-thread rate of 4,000 img/s
     assert batched < 1.1 * alone
+
+
+def test_the_launcher_says_whether_it_launched_waited_for_requests_or_waited_for_the_device():
+    import sys
+
+    from conftest import REPO
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from serve_pipeline import batcher_rate, launch_ms
+
+    engine = _HostHalvesEngine()  # 4 ms of host time per launch, 4 ms per collect
+    assert 3.5 <= launch_ms(engine, engine.staging_buffers(3, 32), 32, steps=10) < 8
+    launcher: dict[str, float] = {}
+    batcher_rate(_HostHalvesEngine(), 32, 5.0, 20 * 32, launcher)
+    assert 3.5 <= launcher["batcher_launch_ms"] < 8
+    # one thread submitting as fast as it can never leaves the launcher without a request for long
+    assert launcher["idle_no_request"] < 0.5
+
+    engine = NumpyEngine(compute_ms=100)  # the device is the bound: batches wait for a place in flight
+    batcher = PipelinedBatcher(engine, max_batch=4, deadline_ms=10_000, max_queue=64, in_flight=1)
+    time.sleep(0.1)  # nothing submitted yet
+    futures = [batcher.submit(_image(i)) for i in range(12)]
+    for future in futures:
+        future.result(timeout=10)
+    batcher.close()
+    times = batcher.launcher_times
+    assert times.launches == 3
+    assert times.no_request_s >= 0.09
+    assert times.device_full_s >= 0.15  # batches 1 and 2 each waited ~100 ms for the one before
+    assert times.filling_s < 0.05  # every batch was full at once: no deadline wait

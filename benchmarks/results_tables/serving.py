@@ -55,6 +55,15 @@ def refused(row: Row) -> str:
     return f", {number(float(found.group(1)))} refused (503)" if found else ""
 
 
+def launcher_cell(pipeline: dict) -> str:
+    """Where the in-process batcher's launcher spent its time, beside one launch of the engine alone."""
+    found = pipeline.get("batcher_launcher")
+    if not found or "engine_launch_ms" not in pipeline:
+        return missing("serving")
+    return (f"{pipeline['engine_launch_ms']:.2f} / {found['batcher_launch_ms']:.2f} ms; idle "
+            f"{found['idle_no_request']:.0%} / {found['idle_filling']:.0%} / {found['idle_device_full']:.0%}")
+
+
 def serving(results: Results) -> list[str]:
     pipeline = newest(results.jsonl("h200_serve_pipeline.jsonl"),
                       lambda r: _config(r["backend"], "cuda_graphs=True" if r.get("cuda_graphs") else ""))
@@ -107,6 +116,9 @@ def serving(results: Results) -> list[str]:
         ["in-process pipelined batcher, img/s (share of the engine)",
          *(pipe(c, lambda p: f"{number(p['batcher_img_s'])} ({p['batcher_img_s'] / p['engine_img_s']:.0%})")
            for c in CONFIGS)],
+        ["in-process batcher's launcher: host ms per launch, engine alone / under the batcher; share of its time "
+         "idle with no request / a batch filling / the device full",
+         *(pipe(c, launcher_cell) for c in CONFIGS)],
         ["HTTP, raw, 3,000 req/s offered: answered img/s, p99 ms, mean batch",
          *(load(c, "dynamic", "raw", 3000, lambda r: f"{number(r['images_per_sec'])}, {number(r['latency_ms_p99'], 1)}"
                 f", {number(r.get('mean_batch'), 1)}") for c in CONFIGS)],

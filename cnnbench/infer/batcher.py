@@ -66,6 +66,21 @@ class Closed(RuntimeError):
 
 
 @dataclass
+class LauncherTimes:
+    """Where the launcher thread's time went, in seconds since the batcher started: in ``engine.launch``
+    (the host side of a launch: for an eager engine, its Python), idle with no request waiting, idle while
+    the first batch fills up to its deadline, and idle with a batch ready but ``in_flight`` batches on the
+    device. Compared with the engine's launch alone, it says whether the batcher's other threads slow the
+    launches down, starve them of requests, or wait for the device."""
+
+    launching_s: float = 0.0
+    launches: int = 0
+    no_request_s: float = 0.0
+    filling_s: float = 0.0
+    device_full_s: float = 0.0
+
+
+@dataclass
 class _Batch:
     index: int  # which staging buffer
     opened: float  # arrival of its first request: the deadline counts from here
@@ -98,6 +113,7 @@ class PipelinedBatcher:
         self.depth = 0  # requests admitted and not yet launched
         self._in_flight = 0
         self._closing = False
+        self.launcher_times = LauncherTimes()  # written by the launcher thread only
         # the caller copies one band itself, the pool the others (numpy releases the GIL while it copies)
         self.copy_threads = copy_threads
         self._copier = (ThreadPoolExecutor(copy_threads - 1, thread_name_prefix="batch-copy")
@@ -170,18 +186,25 @@ class PipelinedBatcher:
     def _next_batch(self) -> _Batch | None:
         """Wait for a batch that is full or past its deadline (or any, when closing) and a free
         place in flight; None when closing and nothing waits."""
+        times = self.launcher_times
         with self._cond:
             while True:
+                idle_from = time.perf_counter()
                 if self._waiting and self._in_flight < self.in_flight_limit:
                     head = self._waiting[0]
-                    remaining = head.opened + self.deadline_s - time.perf_counter()
+                    remaining = head.opened + self.deadline_s - idle_from
                     if len(head.futures) >= self.max_batch or remaining <= 0 or self._closing:
                         break
                     self._cond.wait(remaining)
+                    times.filling_s += time.perf_counter() - idle_from
                 elif self._closing and not self._waiting:
                     return None
+                elif self._waiting:
+                    self._cond.wait()
+                    times.device_full_s += time.perf_counter() - idle_from
                 else:
                     self._cond.wait()
+                    times.no_request_s += time.perf_counter() - idle_from
             self._waiting.popleft()
             self.depth -= len(head.futures)
             while head.filled < len(head.futures):  # a caller is still copying into its slot
@@ -197,6 +220,9 @@ class PipelinedBatcher:
             except BaseException as exc:  # noqa: BLE001 - the batch fails, the server goes on
                 self._finish(batch, None, exc, begun)
                 continue
+            finally:
+                self.launcher_times.launching_s += time.perf_counter() - begun
+                self.launcher_times.launches += 1
             with self._done_cond:
                 self._launched.append((batch, handle, begun))
                 self._done_cond.notify_all()
