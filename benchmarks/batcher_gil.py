@@ -74,48 +74,47 @@ class HostBoundEngine:
         return "host-bound model"
 
 
-class OperatorCallEngine(HostBoundEngine):
-    """The launch is ``calls`` eager PyTorch operator calls on an 8-element CPU tensor (about ``launch_ms``
-    in all): each call releases the GIL for its kernel and takes it back, unlike the busy loop."""
+def operator_calls(torch, tensor, steps: int):
+    """``steps`` x three eager operator calls (multiply, add, relu), as a conv-bn-relu block launches three
+    kernels: the launch of OperatorCallEngine, and what its calibration times."""
+    for _ in range(steps):
+        tensor = torch.relu(tensor * 1.0 + 0.0)
+    return tensor
 
-    def __init__(self, launch_ms: float, device_ms: float, calls: int) -> None:
+
+class OperatorCallEngine(HostBoundEngine):
+    """The launch is ``steps`` x three eager PyTorch operator calls on an 8-element CPU tensor (about
+    ``launch_ms`` in all): each call releases the GIL for its kernel and takes it back, unlike the busy loop."""
+
+    def __init__(self, launch_ms: float, device_ms: float, steps: int) -> None:
         import torch
 
         super().__init__(launch_ms, device_ms)
-        self.calls, self.tensor = calls, torch.ones(8)
+        self.torch, self.steps, self.tensor = torch, steps, torch.ones(8)
 
     @staticmethod
-    def calls_for(launch_ms: float) -> int:
-        """Operator calls that take ``launch_ms`` here: the median of five timed runs, measured once."""
+    def steps_for(launch_ms: float) -> int:
+        """Steps of :func:`operator_calls` that take ``launch_ms`` here: the median of five timed runs."""
         import torch
 
         torch.set_num_threads(1)  # an 8-element op needs no intra-op pool; its threads would take the cores
         tensor, runs = torch.ones(8), []
         for _ in range(5):
             begun = time.perf_counter()
-            for _ in range(500):
-                tensor = torch.relu(tensor * 1.0 + 0.0)
-            runs.append((time.perf_counter() - begun) / 1500)  # three operator calls per loop
+            operator_calls(torch, tensor, 500)
+            runs.append((time.perf_counter() - begun) / 500)
         return max(1, round(launch_ms / 1000 / float(np.median(runs))))
 
     def launch(self, index: int, valid: int):
-        tensor = self.tensor
-        for _ in range(self.calls // 3):
-            tensor = torch_step(tensor)
+        operator_calls(self.torch, self.tensor, self.steps)
         self.free_at = max(self.free_at, time.perf_counter()) + self.device_s
         return self.free_at, valid
 
 
-def torch_step(tensor):
-    """Three operator calls, as a conv-bn-relu block launches three kernels."""
-    import torch
-
-    return torch.relu(tensor * 1.0 + 0.0)
-
-
-def engine_for(kind: str, launch_ms: float, device_ms: float, calls: int) -> HostBoundEngine:
-    return OperatorCallEngine(launch_ms, device_ms, calls) if kind == "torch" else HostBoundEngine(launch_ms,
-                                                                                                     device_ms)
+def engine_for(kind: str, launch_ms: float, device_ms: float, steps: int) -> HostBoundEngine:
+    if kind == "torch":
+        return OperatorCallEngine(launch_ms, device_ms, steps)
+    return HostBoundEngine(launch_ms, device_ms)
 
 
 def main() -> None:
@@ -133,16 +132,16 @@ def main() -> None:
     own = sys.getswitchinterval()
     for kind in args.launch_kind:
         for launch_ms in args.launch_ms:
-            calls = OperatorCallEngine.calls_for(launch_ms) if kind == "torch" else 0
+            steps = OperatorCallEngine.steps_for(launch_ms) if kind == "torch" else 0
             for switch_ms in args.switch_ms:
                 sys.setswitchinterval(switch_ms / 1000)
-                engine = engine_for(kind, launch_ms, args.device_ms, calls)
+                engine = engine_for(kind, launch_ms, args.device_ms, steps)
                 alone, _ = engine_rate(engine, engine.staging_buffers(3, args.max_batch), args.max_batch)
-                batched = batcher_rate(engine_for(kind, launch_ms, args.device_ms, calls), args.max_batch, 5.0,
+                batched = batcher_rate(engine_for(kind, launch_ms, args.device_ms, steps), args.max_batch, 5.0,
                                        300 * args.max_batch)
                 sys.setswitchinterval(own)
                 print(json.dumps({"git_sha": git_sha(), "timestamp_utc": made, "launch_kind": kind,
-                                  "launch_ms": launch_ms, "operator_calls": calls or None,
+                                  "launch_ms": launch_ms, "operator_calls": 3 * steps or None,
                                   "switch_interval_ms": switch_ms, "device_ms": args.device_ms,
                                   "max_batch": args.max_batch, "engine_img_s": round(alone),
                                   "batcher_img_s": round(batched), "batcher_share": round(batched / alone, 3)}),

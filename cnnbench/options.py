@@ -186,10 +186,10 @@ class ServeSpec:
     max_header_bytes: int = _f(32 * 1024, "serve: request line and headers at most; past it 431.", min=1)
     max_connections: int = _f(1024, "serve: open connections per front end at most; past it 503.", min=1)
     switch_interval_ms: float = _f(0.0, "serve: the GIL switch interval of the process that runs the engine "
-                                        "(sys.setswitchinterval), ms; 0: Python's own (5 ms). An engine that "
-                                        "launches from Python (eager PyTorch) shares the GIL with the batcher's "
-                                        "threads; a shorter interval hands it over sooner "
-                                        "(benchmarks/batcher_gil.py).", min=0.0, max=100.0)
+                                        "(sys.setswitchinterval), ms; 0: Python's own (5 ms). A launch that holds "
+                                        "the GIL keeps the batcher's threads waiting up to one interval; eager "
+                                        "PyTorch lets go of it per operator call (docs/serving.md: the GIL).",
+                                   min=0.0, max=100.0)
 
 
 @dataclass(frozen=True)

@@ -89,9 +89,10 @@ class ServeConfig:
 def apply_switch_interval(config: ServeConfig, role: str) -> None:
     """Set this process's GIL switch interval from ``config`` (0 leaves Python's own) and say so on stderr,
     naming the process's ``role`` (the one that runs the engine and its batcher). A thread that wants the GIL
-    while another runs Python waits up to one interval for it: with an engine that launches from Python
-    (eager PyTorch, milliseconds of Python per batch) the thread receiving requests waits that long at each
-    hand-over and batches fill late (benchmarks/batcher_gil.py reproduces it on a CPU)."""
+    while another runs Python waits up to one interval for it. An engine whose launch holds the GIL for
+    milliseconds would keep the thread receiving requests waiting that long at each hand-over; eager PyTorch
+    lets go of it in every operator call, and on a CPU gained nothing from a shorter interval
+    (benchmarks/batcher_gil.py, docs/serving.md)."""
     if config.switch_interval_ms:
         sys.setswitchinterval(config.switch_interval_ms / 1000)
         print(f"cnnbench serve: {role}: GIL switch interval {sys.getswitchinterval() * 1000:g} ms", file=sys.stderr,
