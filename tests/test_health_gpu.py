@@ -35,7 +35,7 @@ def test_known_cases_pass(framework):
 def test_gpu_training_row_has_energy_over_its_windows(tmp_path):
     spec = write_spec(tmp_path, """
 name = "energy"
-model = "resnet18"
+model = "resnet18_cifar"
 dataset = "synthetic"
 image_size = 64
 backends = ["torch"]
