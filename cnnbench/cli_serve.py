@@ -47,6 +47,9 @@ def serve(
         help="With front ends: reuseport (a socket each) or shared (one socket).")] = None,
     switch_interval_ms: Annotated[Optional[float], typer.Option(help=(
         "GIL switch interval of the process running the engine, ms; 0: Python's own (5 ms)."))] = None,
+    stop_timeout_s: Annotated[Optional[float], typer.Option(help=(
+        "With front ends: each stage of a stop waits this long; a process still running then prints its "
+        "threads' stacks and is killed. Default 60."))] = None,
 ) -> None:
     """Serve the spec's model over HTTP: POST /v1/infer, the Open Inference Protocol under /v2, GET /healthz,
     /metrics, /v1/info (SIGTERM drains)."""
@@ -59,7 +62,7 @@ def serve(
                  "max_queue": max_queue, "max_body_bytes": max_body_bytes, "decode_workers": decode_workers,
                  "copy_threads": copy_threads, "batching": batching, "top_k": top_k, "http": http,
                  "frontends": frontends, "max_pixels": max_pixels, "listen": listen,
-                 "switch_interval_ms": switch_interval_ms}
+                 "switch_interval_ms": switch_interval_ms, "stop_timeout_s": stop_timeout_s}
     code = serve_spec(load_spec(spec), backend, device, overrides)
     leave(code)  # the server has stopped; no framework's exit handler may hold the process (see leave)
 

@@ -11,7 +11,9 @@ exit handler that never returns, as PyTorch's compile-worker pool can hold a pro
 cold compile), ``slow_start`` (`cnnbench serve` with front ends only: front end ``rank`` sleeps ``ms=N``
 before it installs its signal handlers, as a front end still importing its libraries on a busy host
 does), ``slow_exit`` (`cnnbench serve` with front ends only: front end ``rank`` sleeps ``ms=N`` after its
-HTTP server has stopped, before it exits, as a front end's interpreter teardown can), ``abort_exit``
+HTTP server has stopped, before it exits, as a front end's interpreter teardown can), ``hold_drain``
+(`cnnbench serve` with front ends only: the engine process, stopped, never starts its drain, as the first
+compiled engine of a 1080p run was held after its work on a GPU), ``abort_exit``
 (training: process ``rank`` aborts (SIGABRT) at its exit, after a run that finished, as a PyTorch gloo
 rank's exit-time destructors could). Without the variable nothing is wrapped and the step runs untouched.
 """
@@ -24,7 +26,8 @@ import signal
 import time
 
 ENV_VAR = "CNNBENCH_FAULT"
-KINDS = ("raise", "kill", "orphan", "hang", "sleep", "hold_exit", "slow_start", "slow_exit", "abort_exit")
+KINDS = ("raise", "kill", "orphan", "hang", "sleep", "hold_exit", "slow_start", "slow_exit", "hold_drain",
+         "abort_exit")
 
 
 class InjectedFault(RuntimeError):
@@ -37,8 +40,8 @@ def parse(text: str) -> dict[str, str]:
         if not fields.get("ms", "").replace(".", "", 1).isdigit():
             raise ValueError(f"{ENV_VAR}={text!r}: kind={fields['kind']} needs ms=N (milliseconds)")
         fields.setdefault("step", "0")
-    if fields.get("kind") in ("hold_exit", "abort_exit"):
-        fields.setdefault("step", "0")  # not a step: the exit
+    if fields.get("kind") in ("hold_exit", "hold_drain", "abort_exit"):
+        fields.setdefault("step", "0")  # not a step: the stop or the exit
     if fields.get("kind") not in KINDS or "step" not in fields:
         raise ValueError(f"{ENV_VAR}={text!r}: expected rank=R,step=S,kind={'|'.join(KINDS)} "
                          "(sleep, slow_start, slow_exit: ms=N)")
@@ -91,7 +94,7 @@ def install_on_engine(engine: object) -> None:
     if not text:
         return
     fault, counter = parse(text), [0]
-    if fault["kind"] in ("slow_start", "slow_exit", "abort_exit"):  # a front end's or a training worker's fault
+    if fault["kind"] in ("slow_start", "slow_exit", "hold_drain", "abort_exit"):  # another process's or moment's fault
         return
     if fault["kind"] == "hold_exit":
         atexit.register(time.sleep, 3600)
@@ -122,3 +125,12 @@ def delay_frontend(index: int, kind: str) -> None:
     fault = parse(text)
     if fault["kind"] == kind and int(fault.get("rank", 0)) == index:
         time.sleep(float(fault["ms"]) / 1000.0)
+
+
+def hold_drain() -> None:
+    """The engine process, stopped, is held here for good under ``kind=hold_drain`` (its stacks name this
+    function); otherwise nothing happens."""
+    text = os.environ.get(ENV_VAR)
+    if text and parse(text)["kind"] == "hold_drain":
+        while True:
+            time.sleep(3600)

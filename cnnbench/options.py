@@ -190,6 +190,10 @@ class ServeSpec:
                                         "the GIL keeps the batcher's threads waiting up to one interval; eager "
                                         "PyTorch lets go of it per operator call (docs/serving.md: the GIL).",
                                    min=0.0, max=100.0)
+    stop_timeout_s: float = _f(60.0, "serve, frontends > 0: each stage of a stop (the front ends, then the "
+                                     "engine's drain) waits at most this long; a process still running then "
+                                     "prints its threads' stacks (SIGUSR2) and is killed (SIGKILL).",
+                               min=0.001)
 
 
 @dataclass(frozen=True)

@@ -345,3 +345,5 @@ def test_load_refuses_a_non_loopback_target_and_serve_refuses_what_it_cannot_ser
     assert done.returncode == 2 and "max_queue must be >= 1" in done.stderr
     done = run_cli("serve", spec, "--backend", "torch", "--switch-interval-ms", "-1", timeout=60)
     assert done.returncode == 2 and "switch_interval_ms must be 0..100" in done.stderr
+    done = run_cli("serve", spec, "--backend", "torch", "--stop-timeout-s", "0", timeout=60)
+    assert done.returncode == 2 and "stop_timeout_s must be > 0" in done.stderr

@@ -104,6 +104,26 @@ def test_a_drained_server_exits_0_at_once_whatever_a_framework_leaves_for_exit(f
         assert_ring_removed(server)
 
 
+def test_stacks_on_demand_and_an_engine_held_past_the_stop_bound_says_where_then_is_killed():
+    # the first compiled engine of a 1080p GPU run was held after its work until SIGKILL, and said nothing
+    server = frontend_server(compute_ms=5, frontends=2, env={"CNNBENCH_FAULT": "kind=hold_drain",
+                                                              "NUMPY_ENGINE_SERVE": '{"stop_timeout_s": 2}'})
+    images = _images(2, SHAPE, seed=17)
+    assert _raw(httpx, server.base, images[0]).json()["classes"] == expected_answer(images[0])
+    os.kill(min(frontend_pids(server.base)), signal.SIGUSR2)  # any server process, on demand: it goes on
+    assert _raw(httpx, server.base, images[1]).json()["classes"] == expected_answer(images[1])
+    began = time.monotonic()
+    assert server.stop() == 1
+    assert time.monotonic() - began < 20  # 2 s bound + 2 s for the stacks, not the default 60 s
+    log = server.process.stdout.read()
+    assert "cnnbench-engine (pid" in log and "still running 2 s after its stop signal" in log, log
+    # the held thread's stack names the function that holds it; the front end's dump came before
+    assert re.search(r'File ".*faults\.py", line \d+ in hold_drain', log), log
+    assert log.count("Thread 0x") + log.count("Current thread 0x") >= 2, log
+    assert "engine drained" in log and "(exit code -9)" in log, log
+    assert_ring_removed(server)
+
+
 def test_a_killed_front_end_is_restarted_and_the_others_keep_serving():
     server = frontend_server(compute_ms=5, frontends=2)
     try:

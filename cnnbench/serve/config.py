@@ -50,6 +50,7 @@ class ServeConfig:
     max_pixels: int = 36_000_000  # encoded images larger than this (from their header) are refused
     pixel_limit_status: int = 413
     switch_interval_ms: float = 0.0  # the engine process's GIL switch interval; 0: Python's own (5 ms)
+    stop_timeout_s: float = 60.0  # front ends: each stage of a stop waits this long, then stacks and SIGKILL
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_queue", "max_body_bytes", "decode_workers", "pad_multiple", "top_k",
@@ -60,7 +61,7 @@ class ServeConfig:
             raise UserError(f"serve: copy_threads must be 0..64 (0: chosen by image size), found {self.copy_threads}")
         if not 0 <= self.port <= 65535:
             raise UserError(f"serve: port must be 0..65535, found {self.port}")
-        for name in ("deadline_ms", "header_timeout_s", "body_timeout_s"):
+        for name in ("deadline_ms", "header_timeout_s", "body_timeout_s", "stop_timeout_s"):
             if getattr(self, name) < 0 or (name != "deadline_ms" and getattr(self, name) == 0):
                 raise UserError(f"serve: {name} must be > 0, found {getattr(self, name)}")
         if not 0 <= self.switch_interval_ms <= 100:

@@ -32,10 +32,12 @@ from cnnbench.infer.batcher import Closed, PipelinedBatcher, QueueFull
 from cnnbench.process_exit import leave
 from cnnbench.serve.config import ServeConfig, apply_switch_interval
 from cnnbench.serve.ring import FAILED, READY, STOPPED, Ring, RingLayout, die_with_parent
+from cnnbench.serve.stacks import STACKS_SIGNAL, print_stacks_on_signal
 
 STOP_SIGNAL = signal.SIGUSR1
 # blocked while a server's child process starts (see frontends.start_holding_signals), until its handlers are in
-HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, STOP_SIGNAL}
+# (STACKS_SIGNAL too: its default action would kill a child that is still importing)
+HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, STOP_SIGNAL, STACKS_SIGNAL}
 DESCRIPTOR = struct.Struct("<IQd")  # slot, request id, arrival (time.perf_counter)
 REPLY = struct.Struct("<QH")  # request id, HTTP status; then the error message, UTF-8
 
@@ -122,6 +124,7 @@ def engine_main(recipe: Any, layout: RingLayout, address: str, config: ServeConf
 
     for ignored in (signal.SIGINT, signal.SIGTERM):
         signal.signal(ignored, signal.SIG_IGN)
+    print_stacks_on_signal()
     stop = threading.Event()
     signal.signal(STOP_SIGNAL, lambda *_: stop.set())
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)  # a stop that came while starting fires now
@@ -150,6 +153,7 @@ def engine_main(recipe: Any, layout: RingLayout, address: str, config: ServeConf
         print(f"cnnbench serve: model failed to load: {message}", file=sys.stderr, flush=True)
         leave(1)
     Router(ring, batcher, listener).run(stop)
+    faults.hold_drain()
     batcher.close()  # launches and answers whatever is still waiting
     listener.close()
     ring.set_state(STOPPED)

@@ -32,6 +32,7 @@ from cnnbench.serve.config import ServeConfig
 from cnnbench.serve.engine_process import DESCRIPTOR, REPLY
 from cnnbench.serve.metrics import ServerMetrics
 from cnnbench.serve.ring import FAILED, READY, Ring, RingLayout, die_with_parent
+from cnnbench.serve.stacks import STACKS_SIGNAL, print_stacks_on_signal
 
 
 class EngineError(RuntimeError):
@@ -190,7 +191,8 @@ def frontend_main(index: int, config: ServeConfig, layout: RingLayout, address: 
 
     faults.delay_frontend(index, "slow_start")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # SIGTERM: once run_server handles it
+    print_stacks_on_signal()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, STACKS_SIGNAL})  # SIGTERM: once run_server handles it
     die_with_parent()
     sock = shared_socket or listening_socket(config.host, info["port"], reuse_port=True)
     ring = Ring.attach(layout)

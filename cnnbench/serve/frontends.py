@@ -10,7 +10,9 @@ ends, restarts a front end that dies, and stops everything in order.
 - SIGTERM or SIGINT (Ctrl-C reaches every process of the group; the children ignore SIGINT, the engine
   SIGTERM too) stops accepting: the front ends all get SIGTERM at once and answer everything in progress,
   then the engine gets STOP_SIGNAL and drains its batcher; exit 0. Each of the two waits is bounded
-  (STOP_WAIT_S, then SIGKILL), and one log line says how long each took.
+  (`stop_timeout_s`, 60 s by default), and one log line says how long each took. A process still running
+  at the bound first gets STACKS_SIGNAL, which prints its threads' stacks into the log, then SIGKILL: a
+  held engine says where it was held.
 - A child starts with these signals blocked and unblocks them once its own handlers are in place, so a
   stop that comes while it is still importing (a busy host) waits for them instead of killing it with
   the default action, which would turn a clean stop into exit 1.
@@ -34,9 +36,10 @@ from cnnbench.serve.engine_process import HELD_SIGNALS, STOP_SIGNAL, engine_main
 from cnnbench.serve.frontend import frontend_main, listening_socket
 from cnnbench.serve.metrics import batch_size_buckets
 from cnnbench.serve.ring import FAILED, READY, Ring
+from cnnbench.serve.stacks import STACKS_SIGNAL
 
 RESTARTS_PER_MINUTE = 5
-STOP_WAIT_S = 60.0
+STACKS_WAIT_S = 2.0  # for a held process to print its stacks before SIGKILL
 
 
 class Supervisor:
@@ -125,10 +128,11 @@ class Supervisor:
         """Front ends first (they answer what is in progress, which needs the engine), then the engine;
         True when every process exited 0."""
         began = time.monotonic()
-        clean = _terminate_all(self.frontends)  # together: the stop takes the slowest one's time, not the sum
+        wait_s = self.config.stop_timeout_s
+        clean = _terminate_all(self.frontends, wait_s)  # together: the slowest one's time, not the sum
         frontends_s = time.monotonic() - began
         if self.engine is not None:
-            clean &= _terminate_all([self.engine], STOP_SIGNAL)
+            clean &= _terminate_all([self.engine], wait_s, STOP_SIGNAL)
         # one line that says where a slow stop spent its time (an orchestrator's grace period is finite)
         codes = ", ".join(str(p.exitcode) for p in self.frontends)
         engine_code = self.engine.exitcode if self.engine is not None else None
@@ -139,9 +143,9 @@ class Supervisor:
 
     def _stop_all(self) -> None:
         """Whatever is still running after an error: SIGTERM, a bounded wait, SIGKILL."""
-        _terminate_all(self.frontends)
+        _terminate_all(self.frontends, self.config.stop_timeout_s)
         if self.engine is not None:
-            _terminate_all([self.engine], STOP_SIGNAL)
+            _terminate_all([self.engine], self.config.stop_timeout_s, STOP_SIGNAL)
 
 
 def start_holding_signals(process: Any) -> None:
@@ -155,17 +159,22 @@ def start_holding_signals(process: Any) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def _terminate_all(processes: list[Any], sig: int = signal.SIGTERM) -> bool:
-    """``sig`` to each, wait for all of them (STOP_WAIT_S in all), SIGKILL what is left; True when every
-    one exited 0."""
+def _terminate_all(processes: list[Any], wait_s: float, sig: int = signal.SIGTERM) -> bool:
+    """``sig`` to each, wait for all of them (``wait_s`` in all); each one still running then prints its
+    threads' stacks (STACKS_SIGNAL) and is killed. True when every one exited 0."""
     for process in processes:
         if process.is_alive():
             os.kill(process.pid, sig)
-    deadline = time.monotonic() + STOP_WAIT_S
+    deadline = time.monotonic() + wait_s
     for process in processes:
         process.join(max(0.0, deadline - time.monotonic()))
-    for process in processes:
-        if process.is_alive():
-            process.kill()
-            process.join(10)
+    held = [process for process in processes if process.is_alive()]
+    for process in held:
+        print(f"cnnbench serve: {process.name} (pid {process.pid}) still running {wait_s:g} s after its stop "
+              f"signal; its threads' stacks follow, then SIGKILL", file=sys.stderr, flush=True)
+        os.kill(process.pid, STACKS_SIGNAL)
+    for process in held:
+        process.join(STACKS_WAIT_S)  # the stacks are written by the signal handler; it does not exit
+        process.kill()
+        process.join(10)
     return all(process.exitcode == 0 for process in processes)
