@@ -51,7 +51,9 @@ def serve(config: ServeConfig, recipe: EngineRecipe, info: dict[str, Any]) -> in
     import signal
 
     from cnnbench import faults
+    from cnnbench.serve.stacks import print_stacks_on_signal
 
+    print_stacks_on_signal()  # the supervisor or the one server process; each child registers its own
     info.setdefault("top_k", config.top_k)
     info.setdefault("model_name", info["row"]["model"])
     # 0 (by image size) is resolved here, once: the batcher of either server takes the count as it is
