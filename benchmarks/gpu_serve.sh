@@ -22,7 +22,8 @@
 #   litserve: PyTorch eager, the engine alone; cnnbench serve with 0 and the default front ends and its plain
 #      route (one forward per request); the same engine
 #      behind LitServe (benchmarks/litserve_peer.py) with 1 and 4 inference workers; raw and JPEG at saturation.
-# Every step runs under timeout; a step that fails says so and the script goes on.
+# STOP_TIMEOUT_S=N: each server bounds each stage of its stop by N s (default 60), so a held process prints its
+# stacks sooner. Every step runs under timeout; a step that fails says so and the script goes on.
 # Usage: benchmarks/gpu_serve.sh OUT_DIR  (SMOKE=1: a tiny CPU model and small rates, as a dry run)
 # Writes OUT_DIR/serve_http.csv, stack_http.csv, frontends_http.csv, frames_infer.csv, frames_http.csv,
 # peers_http.csv, litserve_http.csv, pipeline.jsonl and a log per part; prints the summary. PARTS picks the
@@ -163,7 +164,9 @@ ready() {  # ready PID PORT PATH LIMIT_S: wait until the server answers PATH; fa
 }
 start_server() {  # start_server SPEC BACKEND LOG [serve args]: its pid in $pid (a child of this shell, so
   local this_spec=$1 backend=$2 log=$3; shift 3  # that stop can wait for it and log its exit code)
-  "$py" -m cnnbench.cli serve "$this_spec" -b "$backend" --device "$device" --port "$port" "$@" >> "$log" 2>&1 &
+  # STOP_TIMEOUT_S: the server's bound on each stage of its stop (a held process's stacks come sooner)
+  "$py" -m cnnbench.cli serve "$this_spec" -b "$backend" --device "$device" --port "$port" \
+    ${STOP_TIMEOUT_S:+--stop-timeout-s "$STOP_TIMEOUT_S"} "$@" >> "$log" 2>&1 &
   pid=$!
 }
 # Saturation with front ends: 8,000 req/s offered was all answered on the H200 (2026-12-04), so offer twice that.

@@ -18,6 +18,10 @@ on a GPU; the copy stream or async device_put) and appends one JSON line with
   batcher's launcher thread spent the batcher's timed window (``batcher_launch_ms``, the host time of one
   launch there, and the shares of the window it sat idle: no request, a batch filling, the device full);
   a launch slower under the batcher than alone is slowed by the batcher's other threads;
+  ``engine_launch_cpu_ms`` and ``batcher_launch_cpu_ms``: the launching thread's own CPU time in one launch
+  (``time.thread_time``), alone and under the batcher. A launch whose wall time grows under the batcher while
+  its CPU time stays waits (for the GIL, mostly); one whose CPU time grows too does more work or runs slower
+  (cores and caches shared with the other threads);
 - with ``SWITCH_MS`` (e.g. ``5,1,0.25,0.1``): ``engine_img_s_by_switch_ms`` and ``batcher_img_s_by_switch_ms``,
   the engine alone and the batcher again at each GIL switch interval (`[serve] switch_interval_ms`), in the
   same process, one after the other.
@@ -58,19 +62,21 @@ def engine_rate(engine, buffers, max_batch: int, windows: int = 5, steps: int = 
     return float(np.median(rates)), float(np.median(alone))
 
 
-def launch_ms(engine, buffers, max_batch: int, steps: int = 40, in_flight: int = 2) -> float:
-    """Mean host time of one ``engine.launch`` (ms) with batches launched back to back as in engine_rate:
-    for an eager engine its Python, the figure to hold the batcher's launches against."""
-    spent: list[float] = []
+def launch_ms(engine, buffers, max_batch: int, steps: int = 40, in_flight: int = 2) -> tuple[float, float]:
+    """Mean host time of one ``engine.launch`` (ms) with batches launched back to back as in engine_rate, and
+    the launching thread's CPU time in it (ms): for an eager engine its Python, the figures to hold the
+    batcher's launches against."""
+    spent: list[tuple[float, float]] = []
     _window_rate(engine, buffers, max_batch, steps, in_flight, spent)
-    return 1000 * float(np.mean(spent))
+    wall, cpu = np.mean(np.array(spent), axis=0)
+    return 1000 * float(wall), 1000 * float(cpu)
 
 
 def _window_rate(engine, buffers, max_batch: int, steps: int, in_flight: int,
-                 launch_s: list[float] | None = None) -> float:
+                 launch_s: list[tuple[float, float]] | None = None) -> float:
     """Images/s of STEPS batches: this thread launches while fewer than IN_FLIGHT are out, another collects.
     A buffer is launched again only after the batch that used it was collected (len(buffers) > in_flight).
-    LAUNCH_S, if given, gets each launch's host time."""
+    LAUNCH_S, if given, gets each launch's host time and this thread's CPU time in it, in s."""
     slots, launched = threading.Semaphore(in_flight), queue.SimpleQueue()
 
     def complete() -> None:
@@ -83,10 +89,10 @@ def _window_rate(engine, buffers, max_batch: int, steps: int, in_flight: int,
     completer.start()
     for step in range(steps):
         slots.acquire()
-        launch_begun = time.perf_counter()
+        launch_begun, launch_cpu_begun = time.perf_counter(), time.thread_time()
         launched.put(engine.launch(step % len(buffers), max_batch))
         if launch_s is not None:
-            launch_s.append(time.perf_counter() - launch_begun)
+            launch_s.append((time.perf_counter() - launch_begun, time.thread_time() - launch_cpu_begun))
     completer.join()
     return steps * max_batch / (time.perf_counter() - begun)
 
@@ -132,6 +138,7 @@ def batcher_rate(engine, max_batch: int, deadline_ms: float, count: int, launche
     if launcher is not None:
         launches = max(after.launches - before.launches, 1)
         launcher.update({"batcher_launch_ms": 1000 * (after.launching_s - before.launching_s) / launches,
+                         "batcher_launch_cpu_ms": 1000 * (after.launching_cpu_s - before.launching_cpu_s) / launches,
                          "idle_no_request": (after.no_request_s - before.no_request_s) / seconds,
                          "idle_filling": (after.filling_s - before.filling_s) / seconds,
                          "idle_device_full": (after.device_full_s - before.device_full_s) / seconds})
@@ -198,8 +205,8 @@ def measure(spec_path: str, backend: str, device: str, out: str, switches: str =
               "precision": run.precision, "max_batch": serve.max_batch,
               "device_name": engine.device_name(), "engine_img_s": engine_img_s, "batch_ms": batch_ms,
               "pad_multiple": serve.pad_multiple, "timeout_ms": serve.timeout_ms,
-              "small_batch_ms": one_batch_ms(engine, min(serve.pad_multiple, serve.max_batch)),
-              "engine_launch_ms": launch_ms(engine, buffers, serve.max_batch)}
+              "small_batch_ms": one_batch_ms(engine, min(serve.pad_multiple, serve.max_batch))}
+    result["engine_launch_ms"], result["engine_launch_cpu_ms"] = launch_ms(engine, buffers, serve.max_batch)
     launcher: dict[str, float] = {}
     result["batcher_img_s"] = batcher_rate(engine, serve.max_batch, serve.timeout_ms, 200 * serve.max_batch,
                                            launcher)

@@ -255,6 +255,17 @@ class _HostHalvesEngine:
         return np.zeros((valid, 5), np.int64), np.zeros((valid, 5), np.float32)
 
 
+class _SpinningLaunchEngine(_HostHalvesEngine):
+    """A launch that is 4 ms of the launching thread's own work (a spin on its CPU clock), as an eager
+    framework's Python is; collect sleeps."""
+
+    def launch(self, index: int, valid: int):
+        until = time.thread_time() + 0.004
+        while time.thread_time() < until:
+            pass
+        return valid
+
+
 def test_the_engine_alone_is_measured_as_the_batcher_drives_it_so_it_is_the_batchers_ceiling():
     # one thread launching and collecting would take 8 ms a batch (4 img/ms at 32), the batcher 4 ms
     import sys
@@ -278,13 +289,22 @@ def test_the_launcher_says_whether_it_launched_waited_for_requests_or_waited_for
     sys.path.insert(0, str(REPO / "benchmarks"))
     from serve_pipeline import batcher_rate, launch_ms
 
-    engine = _HostHalvesEngine()  # 4 ms of host time per launch, 4 ms per collect
-    assert 3.5 <= launch_ms(engine, engine.staging_buffers(3, 32), 32, steps=10) < 8
+    engine = _HostHalvesEngine()  # 4 ms of host time per launch, 4 ms per collect, asleep: no CPU time
+    wall_ms, cpu_ms = launch_ms(engine, engine.staging_buffers(3, 32), 32, steps=10)
+    assert 3.5 <= wall_ms < 8 and cpu_ms < 0.25 * wall_ms
     launcher: dict[str, float] = {}
     batcher_rate(_HostHalvesEngine(), 32, 5.0, 20 * 32, launcher)
     assert 3.5 <= launcher["batcher_launch_ms"] < 8
+    assert launcher["batcher_launch_cpu_ms"] < 0.25 * launcher["batcher_launch_ms"]
     # one thread submitting as fast as it can never leaves the launcher without a request for long
     assert launcher["idle_no_request"] < 0.5
+
+    spinning = _SpinningLaunchEngine()  # 4 ms of the launching thread's own CPU per launch
+    wall_ms, cpu_ms = launch_ms(spinning, spinning.staging_buffers(3, 32), 32, steps=10)
+    assert 3.5 <= wall_ms and cpu_ms > 0.7 * wall_ms
+    launcher = {}
+    batcher_rate(_SpinningLaunchEngine(), 32, 5.0, 10 * 32, launcher)
+    assert launcher["batcher_launch_cpu_ms"] > 3.0
 
     engine = NumpyEngine(compute_ms=100)  # the device is the bound: batches wait for a place in flight
     batcher = PipelinedBatcher(engine, max_batch=4, deadline_ms=10_000, max_queue=64, in_flight=1)

@@ -60,7 +60,10 @@ def launcher_cell(pipeline: dict) -> str:
     found = pipeline.get("batcher_launcher")
     if not found or "engine_launch_ms" not in pipeline:
         return missing("serving")
-    return (f"{pipeline['engine_launch_ms']:.2f} / {found['batcher_launch_ms']:.2f} ms; idle "
+    # the launching thread's CPU time in a launch: rows from before it was measured have none
+    cpu = (f" (CPU {pipeline['engine_launch_cpu_ms']:.2f} / {found['batcher_launch_cpu_ms']:.2f} ms)"
+           if "engine_launch_cpu_ms" in pipeline and "batcher_launch_cpu_ms" in found else "")
+    return (f"{pipeline['engine_launch_ms']:.2f} / {found['batcher_launch_ms']:.2f} ms{cpu}; idle "
             f"{found['idle_no_request']:.0%} / {found['idle_filling']:.0%} / {found['idle_device_full']:.0%}")
 
 
@@ -119,8 +122,9 @@ def serving(results: Results) -> list[str]:
         ["in-process pipelined batcher, img/s (share of the engine)",
          *(pipe(c, lambda p: f"{number(p['batcher_img_s'])} ({p['batcher_img_s'] / p['engine_img_s']:.0%})")
            for c in CONFIGS)],
-        ["in-process batcher's launcher: host ms per launch, engine alone / under the batcher; share of its time "
-         "idle with no request / a batch filling / the device full",
+        ["in-process batcher's launcher: host ms per launch, engine alone / under the batcher (the launching "
+         "thread's own CPU ms in it, where measured); share of its time idle with no request / a batch filling / "
+         "the device full",
          *(pipe(c, launcher_cell) for c in CONFIGS)],
         ["HTTP, raw, 3,000 req/s offered: answered img/s, p99 ms, mean batch",
          *(load(c, "dynamic", "raw", 3000, lambda r: f"{number(r['images_per_sec'])}, {number(r['latency_ms_p99'], 1)}"

@@ -71,9 +71,13 @@ class LauncherTimes:
     (the host side of a launch: for an eager engine, its Python), idle with no request waiting, idle while
     the first batch fills up to its deadline, and idle with a batch ready but ``in_flight`` batches on the
     device. Compared with the engine's launch alone, it says whether the batcher's other threads slow the
-    launches down, starve them of requests, or wait for the device."""
+    launches down, starve them of requests, or wait for the device. ``launching_cpu_s`` is the launcher
+    thread's own CPU time inside ``engine.launch``: the rest of ``launching_s`` it was not running (waiting
+    for the GIL, for a core, or blocked in a call), which separates a launch stretched by waiting from one
+    whose own work got slower (shared cores and caches)."""
 
     launching_s: float = 0.0
+    launching_cpu_s: float = 0.0
     launches: int = 0
     no_request_s: float = 0.0
     filling_s: float = 0.0
@@ -214,7 +218,7 @@ class PipelinedBatcher:
 
     def _launch_loop(self) -> None:
         while (batch := self._next_batch()) is not None:
-            begun = time.perf_counter()
+            begun, begun_cpu = time.perf_counter(), time.thread_time()
             try:
                 handle = self.engine.launch(batch.index, len(batch.futures))
             except BaseException as exc:  # noqa: BLE001 - the batch fails, the server goes on
@@ -222,6 +226,7 @@ class PipelinedBatcher:
                 continue
             finally:
                 self.launcher_times.launching_s += time.perf_counter() - begun
+                self.launcher_times.launching_cpu_s += time.thread_time() - begun_cpu
                 self.launcher_times.launches += 1
             with self._done_cond:
                 self._launched.append((batch, handle, begun))
