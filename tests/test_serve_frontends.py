@@ -122,6 +122,9 @@ def test_stacks_on_demand_and_an_engine_held_past_the_stop_bound_says_where_then
     assert re.search(r'File ".*faults\.py", line \d+ in hold_drain', log), log
     assert re.search(r'frontend\.py", line \d+ in frontend_main', log), log  # a front end's main thread
     assert re.search(r'frontends\.py", line \d+ in run', log), log  # the supervisor's
+    # then py-spy's (a dev dependency) native dump of the held engine: the same function, below it the C frames
+    assert "native stacks of pid" in log, log
+    assert re.search(r"hold_drain \(.*faults\.py:\d+\)", log), log
     assert "engine drained" in log and "(exit code -9)" in log, log
     assert_ring_removed(server)
 

@@ -36,7 +36,7 @@ from cnnbench.serve.engine_process import HELD_SIGNALS, STOP_SIGNAL, engine_main
 from cnnbench.serve.frontend import frontend_main, listening_socket
 from cnnbench.serve.metrics import batch_size_buckets
 from cnnbench.serve.ring import FAILED, READY, Ring
-from cnnbench.serve.stacks import STACKS_SIGNAL
+from cnnbench.serve.stacks import STACKS_SIGNAL, print_native_stacks
 
 RESTARTS_PER_MINUTE = 5
 STACKS_WAIT_S = 2.0  # for a held process to print its stacks before SIGKILL
@@ -175,6 +175,7 @@ def _terminate_all(processes: list[Any], wait_s: float, sig: int = signal.SIGTER
         os.kill(process.pid, STACKS_SIGNAL)
     for process in held:
         process.join(STACKS_WAIT_S)  # the stacks are written by the signal handler; it does not exit
+        print_native_stacks(process.pid)  # what the held call waits for below Python, where py-spy is installed
         process.kill()
         process.join(10)
     return all(process.exitcode == 0 for process in processes)
