@@ -153,7 +153,7 @@ def test_rows_are_current_until_a_dependency_changes(tmp_path):
     results.mkdir()
     (results / "rows.jsonl").write_text(json.dumps({"v": 1, "git_sha": made, "timestamp_utc": "2026-01-01T00:00:00Z"})
                                         + "\n")
-    assert freshness.status(section, results, repo) == f"current (1 rows, newest of {made})"
+    assert freshness.status(section, results, repo) == f"current (1 rows, newest of {made}, 2026-01-01)"
     (repo / "other.py").write_text("y = 2\n")
     _git(repo, "commit", "-qam", "not a dependency")
     assert freshness.status(section, results, repo).startswith("current")
@@ -161,12 +161,12 @@ def test_rows_are_current_until_a_dependency_changes(tmp_path):
     _git(repo, "commit", "-qam", "changes the code")
     change = _git(repo, "rev-parse", "HEAD")
     assert freshness.status(section, results, repo) == (f"stale since {change[:12]} changes the code "
-                                                        f"(newest row of {made})")
+                                                        f"(newest row of {made}, 2026-01-01)")
     with (results / "rows.jsonl").open("a") as handle:  # a newer row made by the new code
-        handle.write(json.dumps({"v": 2, "git_sha": change[:12] + "-dirty", "timestamp_utc": "2026-01-02T00:00:00Z"})
-                     + "\n")
+        handle.write(json.dumps({"v": 2, "git_sha": change[:12] + "-dirty", "timestamp_utc": "2026-01-02T00:00:00Z",
+                                 "device_name": "NVIDIA H200"}) + "\n")
     assert freshness.status(section, results, repo) == (f"current (2 rows, newest of {change[:12]} with "
-                                                        f"uncommitted changes)")
+                                                        f"uncommitted changes, 2026-01-02, H200)")
 
 
 def test_a_serving_engine_change_leaves_training_and_inference_rows_current(tmp_path):

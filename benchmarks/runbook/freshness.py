@@ -9,6 +9,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from results_tables.rows import card
+
 from runbook.sections import Section
 from runbook.steps import ROOT
 
@@ -32,13 +34,21 @@ def _newest(rows: list[dict]) -> dict:
     return ordered[-1][1]
 
 
+def _when_and_where(row: dict) -> str:
+    """", 2026-12-07, H200": the day and card of a row, where it says them (a rerun's rows should come from
+    the card the tables compare on, and old rows from other days stand out)."""
+    return "".join(f", {part}" for part in ((row.get("timestamp_utc") or "")[:10], card(row) if row.get("device_name")
+                                            else "") if part)
+
+
 def status(section: Section, results: Path, repo: Path = ROOT) -> str:
     rows = [row for output in section.outputs for row in output.rows(results)]
     if not rows:
         return "no rows"
     newest = _newest(rows)
     made = (newest.get("git_sha") or "").removesuffix("-dirty")
-    dirty = " with uncommitted changes" if (newest.get("git_sha") or "").endswith("-dirty") else ""
+    dirty = (" with uncommitted changes" if (newest.get("git_sha") or "").endswith("-dirty") else "") + \
+        _when_and_where(newest)
     if not made:
         return f"{len(rows)} rows, the newest without a commit (made before rows carried one)"
     change = last_change(section.deps, repo)
