@@ -233,7 +233,9 @@ def _frames(compiled: bool) -> Section:
         script("benchmarks/gpu_serve.sh", "h200_serve_frames", 500 if compiled else 300, PARTS="frames",
                FRAMES_COMPILE=str(compiled).lower(), FRAMES_SECS="10",
                # the engine's copy of 6 MB frames by one thread, then by the default 4 (H100: 291 served of 576)
-               FRAMES_COPY_THREADS="1 0"),
+               FRAMES_COPY_THREADS="1 0",
+               # a drain takes 0.4 s; a compiled engine held past the bound prints its stacks after 20 s, not 60
+               STOP_TIMEOUT_S="20"),
         (*SERVE_DEPS, "experiments/frames_1080p_infer.toml", "benchmarks/spec_variant.py"),
         (Output("h200_serve_frames/frames_http.csv", kind), Output("h200_serve_frames/frames_infer.csv", kind)),
         needs=("starlette", "uvicorn", "httptools"))
