@@ -173,9 +173,11 @@ def _terminate_all(processes: list[Any], wait_s: float, sig: int = signal.SIGTER
         print(f"cnnbench serve: {process.name} (pid {process.pid}) still running {wait_s:g} s after its stop "
               f"signal; its threads' stacks follow, then SIGKILL", file=sys.stderr, flush=True)
         os.kill(process.pid, STACKS_SIGNAL)
+    stacks_by = time.monotonic() + STACKS_WAIT_S
+    for process in held:  # the stacks are written by the signal handler; it does not exit
+        process.join(max(0.0, stacks_by - time.monotonic()))
+    print_native_stacks([process.pid for process in held])  # what a held call waits for below Python (py-spy)
     for process in held:
-        process.join(STACKS_WAIT_S)  # the stacks are written by the signal handler; it does not exit
-        print_native_stacks(process.pid)  # what the held call waits for below Python, where py-spy is installed
         process.kill()
         process.join(10)
     return all(process.exitcode == 0 for process in processes)

@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 STACKS_SIGNAL = signal.SIGUSR2
 
@@ -31,17 +32,25 @@ def print_stacks_on_signal() -> None:
 NATIVE_STACKS_TIMEOUT_S = 30.0  # unwinding every thread of a process with CUDA's libraries loaded takes seconds
 
 
-def print_native_stacks(pid: int) -> bool:
-    """``py-spy dump --native`` of ``pid`` on this process's stderr, if py-spy is installed (it reads the
-    process through ptrace: root, or a ptrace scope that allows it); False when it is not or it failed."""
+def print_native_stacks(pids: list[int]) -> bool:
+    """``py-spy dump --native`` of each of ``pids`` on this process's stderr, one block after another, if
+    py-spy is installed (it reads a process through ptrace: root, or a ptrace scope that allows it). The
+    dumps run side by side under one NATIVE_STACKS_TIMEOUT_S, so several held processes (front ends) add
+    one bound to a stop, not one each. False when py-spy is not installed or a dump failed."""
     py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))  # a venv's
-    if py_spy is None:
+    if py_spy is None or not pids:
         return False
-    print(f"cnnbench serve: native stacks of pid {pid} (py-spy dump --native):", file=sys.stderr, flush=True)
-    try:
-        done = subprocess.run([py_spy, "dump", "--native", "--pid", str(pid)], stdout=sys.stderr, stderr=sys.stderr,
-                              timeout=NATIVE_STACKS_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        print(f"cnnbench serve: py-spy dump of pid {pid} failed: {exc}", file=sys.stderr, flush=True)
-        return False
-    return done.returncode == 0
+    dumps = {pid: subprocess.Popen([py_spy, "dump", "--native", "--pid", str(pid)], stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True) for pid in pids}
+    deadline, every_one = time.monotonic() + NATIVE_STACKS_TIMEOUT_S, True
+    for pid, dump in dumps.items():
+        try:
+            text, _ = dump.communicate(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            dump.kill()
+            text, _ = dump.communicate()
+            text += f"(py-spy stopped after {NATIVE_STACKS_TIMEOUT_S:g} s)\n"
+        every_one &= dump.returncode == 0
+        print(f"cnnbench serve: native stacks of pid {pid} (py-spy dump --native):\n{text.rstrip()}",
+              file=sys.stderr, flush=True)
+    return every_one
