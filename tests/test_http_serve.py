@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -238,6 +239,13 @@ def test_health_info_and_prometheus_metrics(torch_server):
     for series in ("cnnbench_requests_total", "cnnbench_request_latency_seconds_bucket",
                    "cnnbench_batch_size_bucket", "cnnbench_queue_depth"):
         assert series in text or series.removesuffix("_total") in text, series
+    # the engine's time: this one process's CPU and its launcher's states (warm-up launches count)
+    assert _metric(base, "cnnbench_engine_process_cpu_seconds_total") > 0
+    assert _metric(base, "cnnbench_launches_total") >= 1
+    launching = _metric(base, 'cnnbench_launcher_seconds_total{state="launching"}')
+    assert 0 < _metric(base, "cnnbench_launcher_cpu_seconds_total") <= launching * 1.05 + 0.01
+    for state in ("no_request", "filling", "device_full"):
+        assert f'cnnbench_launcher_seconds_total{{state="{state}"}}' in text, state
 
 
 def test_bad_inputs_get_a_4xx_with_a_one_line_json_error_and_the_server_keeps_serving(torch_server):
@@ -307,6 +315,11 @@ def test_load_command_writes_serve_http_rows(torch_server, tmp_path):
     assert 0 < float(row["latency_ms_p50"]) <= float(row["latency_ms_p99"])
     assert row["arrival_rate_rps"] == "40" and float(row["images_per_sec"]) > 5
     assert float(row["client_lag_ms_p99"]) >= 0 and "http=" in row["backend_options"]
+    # where the engine's side spent the rate, from /metrics before and after it
+    said = re.search(r"engine side: engine process (\d+) us CPU per image, launch ([\d.]+) ms \(launcher CPU "
+                     r"([\d.]+) ms\), launcher idle (\d+)%", done.stdout)
+    assert said, done.stdout
+    assert int(said[1]) > 0 and float(said[2]) > 0 and 0 <= int(said[4]) <= 100
 
 
 # -- real models: JAX, TensorFlow --------------------------------------------------------------------

@@ -60,6 +60,13 @@ def test_every_answer_is_right_across_front_ends_and_requests_share_batches():
         batches = _metric(server.base, "cnnbench_batch_size_count")
         assert 0 < batches < 48  # server-wide, read from the ring by whichever front end answers
         assert _metric(server.base, 'cnnbench_requests_total{status="200"}') == 48
+        # the engine process's time, written into the ring after each batch: its launcher at 20 ms a batch
+        # (NumpyEngine's launch returns at once: little launching, the rest idle) and its own CPU
+        launches = _metric(server.base, "cnnbench_launches_total")
+        assert launches >= batches and _metric(server.base, "cnnbench_engine_process_cpu_seconds_total") > 0
+        idle = sum(_metric(server.base, f'cnnbench_launcher_seconds_total{{state="{state}"}}')
+                   for state in ("no_request", "filling", "device_full"))
+        assert idle > _metric(server.base, 'cnnbench_launcher_seconds_total{state="launching"}') >= 0
         info = httpx.get(server.base + "/v1/info").json()
         assert "frontends=2" in info["row"]["backend_options"]
         assert "switch_interval_ms=0.25" in info["row"]["backend_options"]

@@ -299,9 +299,9 @@ def test_the_launcher_says_whether_it_launched_waited_for_requests_or_waited_for
     # one thread submitting as fast as it can never leaves the launcher without a request for long
     assert launcher["idle_no_request"] < 0.5
 
-    spinning = _SpinningLaunchEngine()  # 4 ms of the launching thread's own CPU per launch
-    wall_ms, cpu_ms = launch_ms(spinning, spinning.staging_buffers(3, 32), 32, steps=10)
-    assert 3.5 <= wall_ms and cpu_ms > 0.7 * wall_ms
+    spinning = _SpinningLaunchEngine()  # 4 ms of the launching thread's own CPU per launch (its wall time
+    wall_ms, cpu_ms = launch_ms(spinning, spinning.staging_buffers(3, 32), 32, steps=10)  # grows on a busy host)
+    assert 3.5 <= cpu_ms <= wall_ms + 0.1
     launcher = {}
     batcher_rate(_SpinningLaunchEngine(), 32, 5.0, 10 * 32, launcher)
     assert launcher["batcher_launch_cpu_ms"] > 3.0

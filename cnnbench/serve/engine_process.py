@@ -25,6 +25,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -143,6 +144,7 @@ def engine_main(recipe: Any, layout: RingLayout, address: str, config: ServeConf
         def on_batch(size: int, seconds: float) -> None:
             ring.record_batch(size)
             ring.set_queue_depth(batcher.depth)
+            ring.record_engine_times(batcher.launcher_times, time.process_time())  # for the front ends' /metrics
 
         batcher.on_batch = on_batch  # served batches only, not warm-up ones
         faults.install_on_engine(engine)  # counts served batches too

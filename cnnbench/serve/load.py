@@ -1,7 +1,9 @@
 """`cnnbench load`'s loop: wait for the server, offer each rate, complete one `serve-http` row per rate.
 
 The server's ``/metrics`` read before and after each rate give the mean batch size of that rate's
-requests; ``/v1/info`` gives the configuration half of the row.
+requests, and where the engine's side spent the rate (printed: the CPU time of the process running the
+engine per image, the host time of a launch and the launcher thread's own CPU time in it, the launcher's
+idle share); ``/v1/info`` gives the configuration half of the row.
 """
 
 from __future__ import annotations
@@ -14,21 +16,48 @@ from cnnbench.errors import UserError
 from cnnbench.serve import loadgen
 from cnnbench.serve.http_client import check_loopback
 
+ENGINE_COUNTERS = ("cnnbench_engine_process_cpu_seconds", "cnnbench_launcher_cpu_seconds", "cnnbench_launches")
 
-def batch_totals(metrics_text: str) -> tuple[float, float]:
-    """(sum, count) of the server's batch-size histogram: the difference of two readings gives the
-    mean batch of the requests in between."""
+
+def server_counters(metrics_text: str) -> dict[str, float]:
+    """The server-wide counters of one /metrics reading that a rate's figures are differences of:
+    ``images`` and ``batches`` (the batch-size histogram's sum and count), ``launcher_<state>`` (seconds,
+    cnnbench.serve.metrics.LAUNCHER_STATES) and the ENGINE_COUNTERS without their prefix. A server
+    without a batcher (`batching = "none"`) has no launcher series."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    total = count = 0.0
+    found: dict[str, float] = {}
     for family in text_string_to_metric_families(metrics_text):
-        if family.name == "cnnbench_batch_size":
-            for sample in family.samples:
-                if sample.name.endswith("_sum"):
-                    total = sample.value
-                elif sample.name.endswith("_count"):
-                    count = sample.value
-    return total, count
+        for sample in family.samples:
+            if family.name == "cnnbench_batch_size" and sample.name.endswith(("_sum", "_count")):
+                found["images" if sample.name.endswith("_sum") else "batches"] = sample.value
+            elif family.name == "cnnbench_launcher_seconds" and sample.name.endswith("_total"):
+                found[f"launcher_{sample.labels['state']}"] = sample.value
+            elif family.name in ENGINE_COUNTERS and sample.name.endswith("_total"):
+                found[family.name.removeprefix("cnnbench_")] = sample.value
+    return found
+
+
+def engine_summary(before: dict[str, float], after: dict[str, float]) -> str | None:
+    """Where the engine's side spent a rate, from two readings: the engine process's CPU per image (with
+    front ends; without them the one server process's, HTTP included), the host time of one launch and
+    the launcher thread's own CPU time in it (the rest it waited), and the share of the launcher's time it
+    sat idle. None when the server says nothing of it."""
+    from cnnbench.serve.metrics import LAUNCHER_STATES
+
+    def delta(key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    parts = []
+    images = delta("images")
+    if images > 0 and "engine_process_cpu_seconds" in after:
+        parts.append(f"engine process {1e6 * delta('engine_process_cpu_seconds') / images:.0f} us CPU per image")
+    launches, total = delta("launches"), sum(delta(f"launcher_{state}") for state in LAUNCHER_STATES)
+    if launches > 0 and total > 0:
+        parts.append(f"launch {1e3 * delta('launcher_launching') / launches:.2f} ms (launcher CPU "
+                     f"{1e3 * delta('launcher_cpu_seconds') / launches:.2f} ms), launcher idle "
+                     f"{1 - delta('launcher_launching') / total:.0%}")
+    return ", ".join(parts) or None
 
 
 def get_json(base: str, path: str, timeout_s: float = 10.0) -> tuple[int, Any]:
@@ -107,12 +136,12 @@ def run_load(url: str, rates: list[float], requests: int, duration: float, kind:
     bodies = loadgen.request_bodies(kind, tuple(info["image_shape"]), size, seed=seed)
     rows = []
     for offered in rates:
-        before = batch_totals(get_json(base, "/metrics")[1])
+        before = server_counters(get_json(base, "/metrics")[1])
         result = loadgen.offer_load(base + "/v1/infer", bodies, offered, requests, duration, timeout,
                                     connections, processes, seed)
-        after = batch_totals(get_json(base, "/metrics")[1])
-        batches = after[1] - before[1]
-        mean_batch = (after[0] - before[0]) / batches if batches else None
+        after = server_counters(get_json(base, "/metrics")[1])
+        batches = after.get("batches", 0.0) - before.get("batches", 0.0)
+        mean_batch = (after.get("images", 0.0) - before.get("images", 0.0)) / batches if batches else None
         row = load_row(info, result, kind, mean_batch)
         store.append_rows(out, [row])
         rows.append(row)
@@ -121,5 +150,8 @@ def run_load(url: str, rates: list[float], requests: int, duration: float, kind:
               f"p50 {p50 or float('nan'):.1f} ms, p99 {p99 or float('nan'):.1f} ms, mean batch "
               f"{mean_batch or float('nan'):.1f}, errors {result.errors_text() or 'none'}, client lag p99 "
               f"{result.client_lag_ms_p99:.1f} ms")
+        engine = engine_summary(before, after)
+        if engine:
+            print(f"  engine side: {engine}")
     print(f"appended {len(rows)} row(s) to {out}")
     return rows

@@ -1,15 +1,23 @@
 """The Prometheus series of `cnnbench serve`, in a registry of their own (not the process-global one).
 
 In the single-process server every series is this process's. With front-end processes, the batch-size
-histogram, the queue depth and the request counters are read from the shared ring's header (the engine
-writes the batch figures, each front end its own row of counters), so a scrape of any front end shows
-the whole server; the latency histogram stays the answering front end's own.
+histogram, the queue depth, the request counters and the engine's time are read from the shared ring's
+header (the engine writes the batch figures and its time, each front end its own row of counters), so a
+scrape of any front end shows the whole server; the latency histogram stays the answering front end's own.
+
+The engine's time (:func:`engine_time_families`) says where a loaded server's engine side goes: the
+batcher's launcher thread in launches (and its own CPU time in them: the rest it waited, for the GIL
+mostly) or idle (no request, a batch filling, the device full), and the CPU time of the process that runs
+the engine, all its threads. `cnnbench load` turns two readings into per-rate figures.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from cnnbench.infer.batcher import LauncherTimes
 
 LATENCY_BUCKETS = (.001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5, 10)
 
@@ -19,9 +27,11 @@ def batch_size_buckets(max_batch: int) -> list[int]:
 
 
 class ServerMetrics:
-    def __init__(self, max_batch: int, depth: Callable[[], float], shared: Any = None, frontend: int = 0) -> None:
+    def __init__(self, max_batch: int, depth: Callable[[], float], shared: Any = None, frontend: int = 0,
+                 launcher: Callable[[], LauncherTimes | None] | None = None) -> None:
         """``shared``: the ring (cnnbench.serve.ring.Ring) whose header holds the server-wide figures;
-        ``frontend``: this front end's row of counters in it."""
+        ``frontend``: this front end's row of counters in it; ``launcher``: without a ring, the batcher's
+        launcher times (None until the batcher exists, and with `batching = "none"`)."""
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry, self.shared, self.frontend = CollectorRegistry(), shared, frontend
@@ -39,6 +49,7 @@ class ServerMetrics:
                                         buckets=batch_size_buckets(max_batch), registry=self.registry)
             Gauge("cnnbench_queue_depth", "Requests admitted and not yet launched.",
                   registry=self.registry).set_function(depth)
+            self.registry.register(_EngineTimesCollector(launcher or (lambda: None)))
         else:
             self.registry.register(_RingCollector(shared))
 
@@ -56,6 +67,45 @@ class ServerMetrics:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+LAUNCHER_STATES = ("launching", "no_request", "filling", "device_full")
+
+
+def launcher_seconds(times: LauncherTimes) -> dict[str, float]:
+    """The launcher's seconds by LAUNCHER_STATES."""
+    return {"launching": times.launching_s, "no_request": times.no_request_s, "filling": times.filling_s,
+            "device_full": times.device_full_s}
+
+
+def engine_time_families(times: LauncherTimes | None, process_cpu_s: float) -> Iterator[Any]:
+    """The engine's time since the server started (warm-up batches included: counters, read as rates)."""
+    from prometheus_client.core import CounterMetricFamily
+
+    yield CounterMetricFamily("cnnbench_engine_process_cpu_seconds",
+                              "CPU time of the process that runs the engine, all its threads (with front ends the "
+                              "engine process, without them the one server process).", value=process_cpu_s)
+    if times is None:  # no batcher (batching none, or still loading)
+        return
+    launcher = CounterMetricFamily("cnnbench_launcher_seconds", "The batcher's launcher thread: in launches, idle "
+                                   "with no request, while a batch filled, with the device full.", labels=["state"])
+    for state, seconds in launcher_seconds(times).items():
+        launcher.add_metric([state], seconds)
+    yield launcher
+    yield CounterMetricFamily("cnnbench_launcher_cpu_seconds", "The launcher thread's own CPU time inside launches "
+                              "(the rest of its launching seconds it waited: for the GIL, mostly).",
+                              value=times.launching_cpu_s)
+    yield CounterMetricFamily("cnnbench_launches", "Batches launched.", value=times.launches)
+
+
+class _EngineTimesCollector:
+    """The engine's time in the one-process server: this process's CPU and its batcher's launcher."""
+
+    def __init__(self, launcher: Callable[[], LauncherTimes | None]) -> None:
+        self.launcher = launcher
+
+    def collect(self) -> Any:
+        yield from engine_time_families(self.launcher(), time.process_time())
 
 
 class _RingCollector:
@@ -82,3 +132,4 @@ class _RingCollector:
         for status, count in self.ring.request_counts().items():
             requests.add_metric([str(status)], count)
         yield requests
+        yield from engine_time_families(*self.ring.engine_times())

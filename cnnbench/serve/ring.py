@@ -8,7 +8,9 @@ One POSIX shared-memory segment (/dev/shm/cnnbench-serve-<pid>-<token>) holds:
 - ``slots`` input slots of the model's (H, W, C) uint8 shape: a front end decodes a request and writes
   its pixels into a free slot of its own share (front end i owns slots i*k .. i*k+k-1, so no slot is
   ever contended between processes), then sends the engine a descriptor (slot, request id, arrival);
-- each slot's top-k class ids and probabilities, written by the engine before it signals the answer.
+- each slot's top-k class ids and probabilities, written by the engine before it signals the answer;
+- the engine's time (its batcher's launcher times and its process's CPU time, in microseconds), written
+  by the engine after each served batch, for the front ends' /metrics.
 
 The supervisor creates and removes the segment; the others attach. Python's resource tracker (shared by
 every process of the server, all spawned from the supervisor) removes it too if every process dies.
@@ -24,6 +26,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from cnnbench.errors import UserError
+from cnnbench.infer.batcher import LauncherTimes
 from cnnbench.serve.config import MAX_FRONTENDS
 
 PREFIX = "cnnbench-serve"
@@ -32,6 +35,7 @@ COUNTED_STATUSES = (200, 400, 404, 408, 413, 415, 431, 500, 503, 504)  # the res
 _HEADER_WORDS = 2048  # 16 KiB
 _STATE, _BATCHES, _IMAGES, _DEPTH, _BUCKETS = 0, 1, 2, 3, 8  # word offsets; buckets: 8 .. 8+64
 _COUNTERS = 80  # MAX_FRONTENDS rows of len(COUNTED_STATUSES) + 1 words
+_ENGINE_TIMES = 960  # launches, then microseconds: launching, its CPU, no request, filling, device full, process CPU
 _MESSAGE = 1024  # words 1024.. hold the failure message, UTF-8
 _ALIGN = 4096
 
@@ -146,6 +150,23 @@ class Ring:
         counts = [int(c) for c in self.header[_BUCKETS:_BUCKETS + len(self.batch_buckets)]]
         return counts, float(self.header[_IMAGES]), int(self.header[_BATCHES])
 
+    def record_engine_times(self, times: LauncherTimes, process_cpu_s: float) -> None:
+        """The engine's time so far (engine process, after each served batch)."""
+        seconds = (times.launching_s, times.launching_cpu_s, times.no_request_s, times.filling_s,
+                   times.device_full_s, process_cpu_s)
+        self.header[_ENGINE_TIMES + 1:_ENGINE_TIMES + 7] = [round(s * 1e6) for s in seconds]
+        self.header[_ENGINE_TIMES] = times.launches
+
+    def engine_times(self) -> tuple[LauncherTimes | None, float]:
+        """(the launcher's times, None before the first served batch; the engine process's CPU seconds)."""
+        words = self.header[_ENGINE_TIMES:_ENGINE_TIMES + 7]
+        launches, (launching, cpu, no_request, filling, device_full, process) = int(words[0]), words[1:] / 1e6
+        if not launches:
+            return None, float(process)
+        return LauncherTimes(launching_s=float(launching), launching_cpu_s=float(cpu), launches=launches,
+                             no_request_s=float(no_request), filling_s=float(filling),
+                             device_full_s=float(device_full)), float(process)
+
     def count_request(self, status: int, frontend: int = 0) -> None:
         row = _COUNTERS + frontend * (len(COUNTED_STATUSES) + 1)
         index = COUNTED_STATUSES.index(status) if status in COUNTED_STATUSES else len(COUNTED_STATUSES)
@@ -158,7 +179,8 @@ class Ring:
         return {name: int(count) for name, count in zip(names, rows) if count}
 
 
-assert _COUNTERS + MAX_FRONTENDS * (len(COUNTED_STATUSES) + 1) <= _MESSAGE, "ring header fields overlap"
+assert _COUNTERS + MAX_FRONTENDS * (len(COUNTED_STATUSES) + 1) <= _ENGINE_TIMES, "ring header fields overlap"
+assert _ENGINE_TIMES + 7 <= _MESSAGE, "ring header fields overlap"
 
 
 def die_with_parent(sig: int = 15) -> None:

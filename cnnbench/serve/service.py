@@ -48,7 +48,8 @@ class InferenceService:
         self.failure: str | None = None
         self.outstanding = 0  # batching none: requests in the pool
         self.admitting = 0  # requests being decoded, each sure of a place in the queue (answers.admitted)
-        self.metrics = ServerMetrics(config.max_batch, self._depth)
+        self.metrics = ServerMetrics(config.max_batch, self._depth,
+                                     launcher=lambda: self.batcher.launcher_times if self.batcher else None)
         self.on_failure: Callable[[], None] = lambda: None
 
     @property
