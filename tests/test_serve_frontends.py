@@ -108,6 +108,8 @@ def test_a_drained_server_exits_0_at_once_whatever_a_framework_leaves_for_exit(f
     assert time.monotonic() - began < 20  # Server.stop waits 30 s, then SIGKILLs (exit -9)
     if frontends:
         assert "engine drained" in (log := server.process.stdout.read()) and "(exit code 0)" in log, log
+        assert re.search(r"engine: stop taken, draining \d+ waiting requests\n(.*\n)*.*engine: drained in [\d.]+ s",
+                         log), log  # the engine's own two lines, in order
         assert_ring_removed(server)
 
 
@@ -125,6 +127,8 @@ def test_stacks_on_demand_and_an_engine_held_past_the_stop_bound_says_where_then
     assert time.monotonic() - began < 20  # 2 s bound + 2 s for the stacks, not the default 60 s
     log = server.process.stdout.read()
     assert "cnnbench-engine (pid" in log and "still running 2 s after its stop signal" in log, log
+    # the engine took its stop and was held in the drain: its first line came, its second did not
+    assert "engine: stop taken, draining 0 waiting requests" in log and "engine: drained in" not in log, log
     # the held thread's stack names the function that holds it; the front end's dump came before
     assert re.search(r'File ".*faults\.py", line \d+ in hold_drain', log), log
     assert re.search(r'frontend\.py", line \d+ in frontend_main', log), log  # a front end's main thread
