@@ -243,6 +243,15 @@ def _frames(compiled: bool) -> Section:
 
 SECTIONS["serving-frames"] = _frames(compiled=False)
 SECTIONS["serving-frames-compiled"] = _frames(compiled=True)
+SECTIONS["serving-stop"] = Section(
+    "serving-stop", 3, "a diagnosis, not a table: the compiled 1080p server whose first engine after `cnnbench "
+    "infer` was held after SIGTERM until its bound, served 3 s with 1 copy thread and stopped with a 15 s bound, so "
+    "a held engine's Python and native stacks land in its log (rows in a folder of their own: no table reads them)",
+    script("benchmarks/gpu_serve.sh", "h200_serve_stop", 300, PARTS="frames", FRAMES_COMPILE="true", FRAMES_SECS="3",
+           FRAMES_COPY_THREADS="1", STOP_TIMEOUT_S="15"),
+    (*SERVE_DEPS, "experiments/frames_1080p_infer.toml", "benchmarks/spec_variant.py"),
+    (Output("h200_serve_stop/frames_http.csv"),),
+    needs=("starlette", "uvicorn", "httptools"))
 SECTIONS["serving-peers"] = Section(
     "serving-peers", 6, "PyTorch eager: the engine alone, cnnbench serve with 0 and the default front ends and its "
     "plain route, the same engine behind LitServe with 1 and 4 workers, raw and JPEG at saturation "
