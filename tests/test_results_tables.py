@@ -366,3 +366,14 @@ def test_each_switch_interval_is_its_own_row_against_the_engine_at_that_interval
     assert cells[("torch", "0.25 ms")] == ["4,000", "3,600 (0.90)", "3,800 of 14,000 (0.95)"]
     jax = next(x for x in lines if x.startswith("| jax | 5 ms"))
     assert jax.count("not measured yet: `benchmarks/gpu.py serving-gil`") == 3
+
+
+def test_the_launcher_cell_adds_the_launching_threads_cpu_time_where_rows_carry_it():
+    from results_tables.serving import launcher_cell
+
+    idle = {"idle_no_request": 0.0, "idle_filling": 0.01, "idle_device_full": 0.5}
+    before = {"engine_launch_ms": 5.59, "batcher_launcher": {"batcher_launch_ms": 7.31, **idle}}
+    assert launcher_cell(before) == "5.59 / 7.31 ms; idle 0% / 1% / 50%"  # rows from before it was measured
+    after = {"engine_launch_ms": 5.59, "engine_launch_cpu_ms": 5.5,
+             "batcher_launcher": {"batcher_launch_ms": 7.31, "batcher_launch_cpu_ms": 5.6, **idle}}
+    assert launcher_cell(after) == "5.59 / 7.31 ms (CPU 5.50 / 5.60 ms); idle 0% / 1% / 50%"
