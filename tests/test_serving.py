@@ -318,3 +318,29 @@ def test_the_launcher_says_whether_it_launched_waited_for_requests_or_waited_for
     assert times.no_request_s >= 0.09
     assert times.device_full_s >= 0.15  # batches 1 and 2 each waited ~100 ms for the one before
     assert times.filling_s < 0.05  # every batch was full at once: no deadline wait
+
+
+class _SlowFirstCopy(PipelinedBatcher):
+    """The first request's copy into its slot takes 0.3 s, as a large frame's can."""
+
+    def _copy(self, target: np.ndarray, image: np.ndarray) -> None:
+        if image[0, 0, 0] == 1:
+            time.sleep(0.3)
+        super()._copy(target, image)
+
+
+def test_a_batch_taken_while_a_copy_is_in_progress_launches_when_the_copy_ends():
+    # the last copy of a batch the launcher has taken is the one wake-up a copy gives: nothing else wakes it
+    batcher = _SlowFirstCopy(NumpyEngine(compute_ms=1), max_batch=2, deadline_ms=10_000, max_queue=8)
+    try:
+        futures: list = []
+        slow = threading.Thread(target=lambda: futures.append(batcher.submit(_image(1))))
+        slow.start()
+        time.sleep(0.05)  # the first request is in its slow copy
+        second = batcher.submit(_image(2))  # fills the batch: the launcher takes it and waits for the copy
+        slow.join(timeout=5)
+        assert [f.result(timeout=5)[0].tolist() for f in (*futures, second)] == [expected_answer(_image(1)),
+                                                                                  expected_answer(_image(2))]
+        assert batcher.launcher_times.launches == 1
+    finally:
+        batcher.close()

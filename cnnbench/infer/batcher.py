@@ -91,6 +91,7 @@ class _Batch:
     futures: list[Future] = field(default_factory=list)  # one per reserved slot, in slot order
     filled: int = 0  # slots whose copy has finished (a copy happens outside the lock)
     failed: dict[int, BaseException] = field(default_factory=dict)
+    awaited: bool = False  # the launcher has taken it and waits for its last copies to finish
 
 
 class PipelinedBatcher:
@@ -156,7 +157,10 @@ class PipelinedBatcher:
         finally:
             with self._cond:
                 batch.filled += 1
-                self._cond.notify_all()
+                # only the launcher waiting for this batch's last copy needs waking: a wake-up per request
+                # would cost the launcher a thread switch and the GIL each time it waits for a batch to fill
+                if batch.awaited and batch.filled == len(batch.futures):
+                    self._cond.notify_all()
         return future
 
     def _copy(self, target: np.ndarray, image: np.ndarray) -> None:
@@ -211,6 +215,7 @@ class PipelinedBatcher:
                     times.no_request_s += time.perf_counter() - idle_from
             self._waiting.popleft()
             self.depth -= len(head.futures)
+            head.awaited = True  # from here its last copy wakes this thread (under the same lock: none is lost)
             while head.filled < len(head.futures):  # a caller is still copying into its slot
                 self._cond.wait()
             self._in_flight += 1
