@@ -37,8 +37,8 @@ def _newest(rows: list[dict]) -> dict:
 def _when_and_where(row: dict) -> str:
     """", 2026-12-07, H200": the day and card of a row, where it says them (a rerun's rows should come from
     the card the tables compare on, and old rows from other days stand out)."""
-    return "".join(f", {part}" for part in ((row.get("timestamp_utc") or "")[:10], card(row) if row.get("device_name")
-                                            else "") if part)
+    parts = [(row.get("timestamp_utc") or "")[:10], card(row) if row.get("device_name") else ""]
+    return "".join(f", {part}" for part in parts if part)
 
 
 def status(section: Section, results: Path, repo: Path = ROOT) -> str:
@@ -47,15 +47,15 @@ def status(section: Section, results: Path, repo: Path = ROOT) -> str:
         return "no rows"
     newest = _newest(rows)
     made = (newest.get("git_sha") or "").removesuffix("-dirty")
-    dirty = (" with uncommitted changes" if (newest.get("git_sha") or "").endswith("-dirty") else "") + \
+    about = (" with uncommitted changes" if (newest.get("git_sha") or "").endswith("-dirty") else "") + \
         _when_and_where(newest)
     if not made:
         return f"{len(rows)} rows, the newest without a commit (made before rows carried one)"
     change = last_change(section.deps, repo)
     if change is None:
-        return f"{len(rows)} rows of {made}{dirty} (no git history here to compare with)"
+        return f"{len(rows)} rows of {made}{about} (no git history here to compare with)"
     if _git(repo, "cat-file", "-e", f"{made}^{{commit}}").returncode:
-        return f"{len(rows)} rows of {made}{dirty}, a commit this history does not hold"
+        return f"{len(rows)} rows of {made}{about}, a commit this history does not hold"
     if _git(repo, "merge-base", "--is-ancestor", change[0], made).returncode == 0:
-        return f"current ({len(rows)} rows, newest of {made}{dirty})"
-    return f"stale since {change[0][:12]} {change[1][:70]} (newest row of {made}{dirty})"
+        return f"current ({len(rows)} rows, newest of {made}{about})"
+    return f"stale since {change[0][:12]} {change[1][:70]} (newest row of {made}{about})"

@@ -18,6 +18,7 @@ every process of the server, all spawned from the supervisor) removes it too if 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ COUNTED_STATUSES = (200, 400, 404, 408, 413, 415, 431, 500, 503, 504)  # the res
 _HEADER_WORDS = 2048  # 16 KiB
 _STATE, _BATCHES, _IMAGES, _DEPTH, _BUCKETS = 0, 1, 2, 3, 8  # word offsets; buckets: 8 .. 8+64
 _COUNTERS = 80  # MAX_FRONTENDS rows of len(COUNTED_STATUSES) + 1 words
-_ENGINE_TIMES = 960  # launches, then microseconds: launching, its CPU, no request, filling, device full, process CPU
+_ENGINE_TIMES = 960  # the engine's LauncherTimes fields, then its process's CPU seconds, in millionths
 _MESSAGE = 1024  # words 1024.. hold the failure message, UTF-8
 _ALIGN = 4096
 
@@ -151,21 +152,18 @@ class Ring:
         return counts, float(self.header[_IMAGES]), int(self.header[_BATCHES])
 
     def record_engine_times(self, times: LauncherTimes, process_cpu_s: float) -> None:
-        """The engine's time so far (engine process, after each served batch)."""
-        seconds = (times.launching_s, times.launching_cpu_s, times.no_request_s, times.filling_s,
-                   times.device_full_s, process_cpu_s)
-        self.header[_ENGINE_TIMES + 1:_ENGINE_TIMES + 7] = [round(s * 1e6) for s in seconds]
-        self.header[_ENGINE_TIMES] = times.launches
+        """The engine's time so far (engine process, after each served batch): every LauncherTimes field,
+        then the process's CPU seconds, each in millionths (launches too: one encoding for all)."""
+        values = [*dataclasses.astuple(times), process_cpu_s]
+        self.header[_ENGINE_TIMES:_ENGINE_TIMES + len(values)] = [round(v * 1e6) for v in values]
 
     def engine_times(self) -> tuple[LauncherTimes | None, float]:
         """(the launcher's times, None before the first served batch; the engine process's CPU seconds)."""
-        words = self.header[_ENGINE_TIMES:_ENGINE_TIMES + 7]
-        launches, (launching, cpu, no_request, filling, device_full, process) = int(words[0]), words[1:] / 1e6
-        if not launches:
-            return None, float(process)
-        return LauncherTimes(launching_s=float(launching), launching_cpu_s=float(cpu), launches=launches,
-                             no_request_s=float(no_request), filling_s=float(filling),
-                             device_full_s=float(device_full)), float(process)
+        names = [f.name for f in dataclasses.fields(LauncherTimes)]
+        *values, process = (float(v) / 1e6 for v in self.header[_ENGINE_TIMES:_ENGINE_TIMES + len(names) + 1])
+        times = LauncherTimes(**dict(zip(names, values, strict=True)))
+        times.launches = round(times.launches)
+        return (times if times.launches else None), process
 
     def count_request(self, status: int, frontend: int = 0) -> None:
         row = _COUNTERS + frontend * (len(COUNTED_STATUSES) + 1)
@@ -180,7 +178,7 @@ class Ring:
 
 
 assert _COUNTERS + MAX_FRONTENDS * (len(COUNTED_STATUSES) + 1) <= _ENGINE_TIMES, "ring header fields overlap"
-assert _ENGINE_TIMES + 7 <= _MESSAGE, "ring header fields overlap"
+assert _ENGINE_TIMES + len(dataclasses.fields(LauncherTimes)) + 1 <= _MESSAGE, "ring header fields overlap"
 
 
 def die_with_parent(sig: int = 15) -> None:
